@@ -1,0 +1,23 @@
+"""attnmt.attention: every attention mechanism of the seeds behind one interface.
+
+- ``reference``: float64 NumPy reference implementations (the ground truth of the tests).
+- ``functional``: the torch core, ``scaled_dot_product_attention`` and the masks.
+- ``mechanisms``: single-query mechanisms for recurrent decoders and the registry of names.
+- ``multihead``: ``MultiHeadAttention``.
+
+Masks are boolean with True = may attend; shapes are batch-first.
+"""
+
+from attnmt.attention.functional import (
+    causal_mask,
+    masked_softmax,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+
+__all__ = [
+    "causal_mask",
+    "masked_softmax",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]

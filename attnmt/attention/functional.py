@@ -1,0 +1,171 @@
+"""The torch core: scaled dot-product attention, masked softmax and the two kinds of mask.
+
+Mask semantics, stated once for the whole project: a mask is a ``torch.bool`` tensor and
+**True means "may attend"**, as in ``torch.nn.functional.scaled_dot_product_attention``. A
+query row whose mask has no True entry attends to nothing: its weights are all 0 and its output
+is the zero vector, never NaN, in every implementation of attnmt.
+
+    Attention(Q, K, V) = softmax(Q Kᵀ · scale) V,      scale = 1/√d_k by default
+
+    q: [..., Lq, d_k]   k: [..., Lk, d_k]   v: [..., Lk, d_v]   mask: broadcastable to [..., Lq, Lk]
+    output: [..., Lq, d_v]   weights: [..., Lq, Lk]
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "causal_mask",
+    "check_mask",
+    "masked_softmax",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]
+
+
+def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """Mask of the real (non-padding) positions: ``mask[b, t] = t < lengths[b]``.
+
+    lengths: [B] integer tensor (or a list of ints) -> mask: [B, max_len] bool, True = may attend.
+    ``max_len`` defaults to ``max(lengths)``; it must not be smaller.
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise TypeError(
+            f"padding_mask: lengths must be a 1-D integer tensor, got dtype {lengths.dtype} "
+            f"and shape {tuple(lengths.shape)}"
+        )
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"padding_mask: lengths must be >= 0, got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is None:
+        max_len = longest
+    elif max_len < longest:
+        raise ValueError(f"padding_mask: max_len={max_len} is smaller than the longest length {longest}")
+    positions = torch.arange(max_len, device=lengths.device)
+    return positions.unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def causal_mask(length: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Look-ahead mask: position i may attend to positions j <= i. Returns [L, L] bool."""
+    if length < 0:
+        raise ValueError(f"causal_mask: length must be >= 0, got {length}")
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+
+
+def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
+    """Raise a clear error unless ``mask`` is None or a bool tensor broadcastable to ``scores_shape``."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"{name} must be a torch.bool tensor (True = may attend), got {kind}")
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
+            f"shape {tuple(scores_shape)} ([..., Lq, Lk])"
+        )
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
+    """softmax(scores) over ``dim`` restricted to the positions where ``mask`` is True.
+
+    Masked positions get weight exactly 0. A slice with no allowed position gets all-zero
+    weights (not NaN), and its gradient is zero too. Stable for any finite scores: the
+    softmax subtracts the maximum (``torch.softmax`` does this internally).
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=dim)
+    has_key = mask.any(dim=dim, keepdim=True)
+    if bool(has_key.all()):
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
+    # Some slices are fully masked: let them attend everywhere (finite softmax, finite
+    # gradients), then zero them out.
+    mask = mask | ~has_key
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
+    return weights.masked_fill(~has_key, 0.0)
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() < 2:
+            raise ValueError(f"{name} must have shape [..., L, d], got {tuple(tensor.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension d_k: q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of keys Lk: k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+
+
+_fused_zeroes_empty_rows: bool | None = None
+
+
+def _fused_handles_empty_rows() -> bool:
+    """Does this torch's fused kernel return 0 (not NaN) for a query row with no allowed key?
+
+    Probed once; torch 2.5 and later do. Older releases get the mask fixed up first.
+    """
+    global _fused_zeroes_empty_rows
+    if _fused_zeroes_empty_rows is None:
+        x = torch.ones(1, 2, 4)
+        mask = torch.tensor([[[True, True], [False, False]]])
+        out = F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+        _fused_zeroes_empty_rows = bool(torch.isfinite(out).all()) and bool((out[0, 1] == 0).all())
+    return _fused_zeroes_empty_rows
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q kᵀ · scale) v with a boolean mask (True = may attend).
+
+    q: [..., Lq, d_k], k: [..., Lk, d_k], v: [..., Lk, d_v], mask broadcastable to [..., Lq, Lk].
+    Returns ``(output [..., Lq, d_v], weights [..., Lq, Lk] or None)``.
+
+    Without ``need_weights`` this calls PyTorch's fused kernel
+    (``torch.nn.functional.scaled_dot_product_attention``). With ``need_weights`` it runs an
+    explicit matmul–softmax–matmul and returns the weights (before dropout). Both paths give the
+    same output; rows with no allowed key give zero weights and a zero output.
+    """
+    _check_qkv(q, k, v)
+    batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    check_mask(mask, (*batch_shape, q.shape[-2], k.shape[-2]))
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+
+    if not need_weights:
+        if mask is None or _fused_handles_empty_rows():
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+            return out, None
+        has_key = mask.any(dim=-1, keepdim=True)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale
+        )
+        return out.masked_fill(~has_key, 0.0), None
+
+    # Scaling q (Lq·d multiplications) is cheaper than scaling the scores (Lq·Lk).
+    scores = torch.matmul(q * scale, k.transpose(-2, -1))
+    weights = masked_softmax(scores, mask, dim=-1)
+    attended = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+    return torch.matmul(attended, v), weights

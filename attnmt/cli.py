@@ -1,0 +1,70 @@
+"""``attnmt <command>``: parses the command line and calls the library.
+
+Each command lives in ``attnmt/commands/<name>.py`` with two functions:
+``add_arguments(parser)`` declares its options and ``run(args) -> int`` does the work (importing
+heavy libraries such as torch only there, so ``attnmt --help`` stays fast). Errors a user can
+cause (``attnmt.errors.AttnmtError``) are printed as one line, without a traceback, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from attnmt import __version__
+from attnmt.errors import AttnmtError
+
+# command name -> (module under attnmt.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "explore": ("explore", "numeric demonstrations of what attention can compute (seed 003 §1)"),
+    "train": ("train", "train a translator from a YAML config"),
+    "evaluate": ("evaluate", "perplexity, BLEU and chrF of a trained run on a test split"),
+    "translate": ("translate", "translate sentences with a trained run"),
+    "compare": ("compare", "train and evaluate several mechanisms over several seeds"),
+    "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),
+    "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),
+    "align-words": ("align_words", "align the words of one sentence pair with vector attention"),
+    "align": ("align", "word-align whole files with vector or translator attention"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnmt",
+        description="Attention in sequence-to-sequence models: mechanisms, translators, "
+        "alignments and pictures of what attention does.",
+    )
+    parser.add_argument("--version", action="version", version=f"attnmt {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"attnmt.commands.{module_name}")
+        except ModuleNotFoundError as error:
+            if error.name == f"attnmt.commands.{module_name}":
+                continue  # command not built yet
+            raise
+        sub = subparsers.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.run(args) or 0)
+    except AttnmtError as error:
+        print(f"attnmt {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"attnmt {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

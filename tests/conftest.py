@@ -1,0 +1,35 @@
+"""Shared test fixtures: the location of ../shared/data and seeded randomness."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ATTNMT_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data"))
+
+
+def shared_data_path(*parts: str) -> Path:
+    """Path below ../shared/data; skips the calling test with a reason when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs {path} (the shared data folder beside the project); it is absent here")
+    return path
+
+
+@pytest.fixture
+def shared_data():
+    """The shared data folder (``../shared/data``); the test is skipped when it is absent."""
+    return shared_data_path()
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch():
+    """Every test starts from the same torch seed, so a failure reproduces."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return
+    torch.manual_seed(0)
