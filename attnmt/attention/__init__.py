@@ -21,3 +21,13 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
 ]
+
+from attnmt.attention.mechanisms import (  # noqa: E402
+    ATTENTION_TYPES,
+    Attention,
+    PreparedKeys,
+    build_attention,
+    canonical_name,
+)
+
+__all__ += ["ATTENTION_TYPES", "Attention", "PreparedKeys", "build_attention", "canonical_name"]
