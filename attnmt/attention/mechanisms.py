@@ -357,7 +357,7 @@ class MultiHeadSingleQueryAttention(Attention):
         v_{i,s} = W_i^V h̄_s,   context = W^O [head_1; …; head_h]
 
     d_h = model_dim / h with ``model_dim`` (default query_dim) divisible by ``num_heads`` (default 4).
-    The context has output_dim = value_dim. ``weights`` are averaged over heads;
+    The context has output_dim = value_dim; it is 0 for a row with nothing to attend to. ``weights`` are averaged over heads;
     ``attend_heads`` returns them per head, [B, h, S] or [B, h, T, S].
     """
 
@@ -400,6 +400,8 @@ class MultiHeadSingleQueryAttention(Attention):
         weights = masked_softmax(scores, prepared.mask[:, None, None, :], dim=-1)
         heads = torch.matmul(weights, prepared.values)  # [B, h, T, d_h]
         context = self.output_proj(heads.transpose(1, 2).reshape(query.shape[0], query.shape[1], -1))
+        # The output bias would make a sentence with nothing to attend to non-zero.
+        context = context.masked_fill((prepared.lengths == 0)[:, None, None], 0.0)
         if single:
             return context.squeeze(1), weights.squeeze(2)
         return context, weights
