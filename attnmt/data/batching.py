@@ -1,0 +1,359 @@
+"""Batches of sentence pairs, grouped by length and limited by a token budget.
+
+What a batch holds, for B pairs with source ids x and target ids y (``batching`` adds the specials):
+
+    src      [B, S]  x + EOS                   padded with PAD_ID = 0
+    tgt_in   [B, T]  BOS + y                   what the decoder reads (teacher forcing)
+    tgt_out  [B, T]  y + EOS                   what the decoder must predict at each step
+    src_mask [B, S], tgt_mask [B, T]  bool, True = real token (may attend / counts in the loss)
+
+The source ends with EOS so that even an empty sentence has one position to attend to, and so
+the encoder sees where the sentence stops. S = max |x| + 1 and T = max |y| + 1 over the batch.
+
+**Token budget.** ``max_tokens`` bounds the padded size of the larger of the two tensors:
+``B · max(S, T) <= max_tokens``. So memory per batch is bounded, and short sentences come in big
+batches. Pairs are sorted by length before packing so little of a batch is padding; a pair that
+alone exceeds the budget gets a batch of its own (and a warning), rather than stopping training.
+
+**Order.** With ``shuffle``, the order is a function of ``(seed, epoch)`` only: the same seed gives
+the same batches on every machine and every rank; another epoch gives another order. Pairs are
+shuffled, cut into large chunks, sorted by length inside each chunk (by max(S, T), then S, then
+T; ties stay in shuffled order), packed, and the batches are shuffled. Without ``shuffle``, the
+whole corpus is sorted by length.
+
+**Distributed training.** With ``world_size`` > 1 the batch list is padded (repeating batches from
+its start) to a multiple of ``world_size`` and rank r takes ``batches[r::world_size]``: every rank
+gets the same number of batches, and together they cover every pair at least once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from attnmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A shuffled chunk holds about this many batches' worth of pairs before it is sorted by length:
+# big enough that batches are nearly free of padding (on Multi30k with max_tokens=4096, 96% of
+# source and 93% of target positions are real tokens), small enough that no two epochs share a batch.
+CHUNK_BATCHES = 100
+
+
+@dataclass
+class Batch:
+    """Padded tensors of B sentence pairs (see the module docstring for the layout).
+
+    indices: position in the corpus (in the ``src_ids`` list) of each row, so outputs can be put
+        back in corpus order (``restore_order``).
+    The ``tgt_*`` fields are None in a batch made for inference from sources alone.
+    """
+
+    src: "torch.Tensor"  # [B, S] long
+    src_lengths: "torch.Tensor"  # [B] long, counting the EOS
+    src_mask: "torch.Tensor"  # [B, S] bool
+    tgt_in: "torch.Tensor | None"  # [B, T] long
+    tgt_out: "torch.Tensor | None"  # [B, T] long
+    tgt_lengths: "torch.Tensor | None"  # [B] long, counting the EOS (= BOS in tgt_in)
+    tgt_mask: "torch.Tensor | None"  # [B, T] bool
+    num_tgt_tokens: int  # sum of tgt_lengths: the number of predictions the loss averages over
+    indices: list[int]
+
+    @property
+    def size(self) -> int:
+        """B, the number of sentence pairs."""
+        return len(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def to(self, device: Any, non_blocking: bool = False) -> "Batch":
+        """A copy with every tensor on ``device``."""
+        moved = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            moved[field.name] = value.to(device, non_blocking=non_blocking) if hasattr(value, "to") else value
+        return Batch(**moved)
+
+
+def _pad(rows: list[list[int]], width: int) -> list[list[int]]:
+    return [row + [PAD_ID] * (width - len(row)) for row in rows]
+
+
+def collate(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]] | None,
+    indices: Sequence[int],
+) -> Batch:
+    """Build the Batch of the pairs at ``indices`` (ids without specials; EOS/BOS are added here)."""
+    import torch
+
+    indices = [int(i) for i in indices]
+    if not indices:
+        raise ValueError("collate: indices is empty; a batch needs at least one pair")
+    src_rows = [list(src_ids[i]) + [EOS_ID] for i in indices]
+    src_lengths = torch.tensor([len(row) for row in src_rows], dtype=torch.long)
+    src_width = int(src_lengths.max())
+    src = torch.tensor(_pad(src_rows, src_width), dtype=torch.long)
+    src_mask = torch.arange(src_width).unsqueeze(0) < src_lengths.unsqueeze(1)
+    if tgt_ids is None:
+        return Batch(src, src_lengths, src_mask, None, None, None, None, 0, indices)
+    tgt_in_rows = [[BOS_ID] + list(tgt_ids[i]) for i in indices]
+    tgt_out_rows = [list(tgt_ids[i]) + [EOS_ID] for i in indices]
+    tgt_lengths = torch.tensor([len(row) for row in tgt_out_rows], dtype=torch.long)
+    tgt_width = int(tgt_lengths.max())
+    tgt_in = torch.tensor(_pad(tgt_in_rows, tgt_width), dtype=torch.long)
+    tgt_out = torch.tensor(_pad(tgt_out_rows, tgt_width), dtype=torch.long)
+    tgt_mask = torch.arange(tgt_width).unsqueeze(0) < tgt_lengths.unsqueeze(1)
+    return Batch(
+        src, src_lengths, src_mask, tgt_in, tgt_out, tgt_lengths, tgt_mask, int(tgt_lengths.sum()), indices
+    )
+
+
+def _check_budget(max_tokens: int | None, max_sentences: int | None) -> None:
+    if max_tokens is None and max_sentences is None:
+        raise ValueError("batching needs max_tokens or max_sentences (or both)")
+    for name, value in (("max_tokens", max_tokens), ("max_sentences", max_sentences)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+def _pack(
+    order: np.ndarray,
+    widths: np.ndarray,
+    max_tokens: int | None,
+    max_sentences: int | None,
+) -> list[list[int]]:
+    """Cut ``order`` into consecutive batches with ``len(batch) · max(widths[batch]) <= max_tokens``."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    current_width = 0
+    oversized = 0
+    for index in order.tolist():
+        width = int(widths[index])
+        new_width = max(current_width, width)
+        too_many_tokens = max_tokens is not None and (len(current) + 1) * new_width > max_tokens
+        too_many_sentences = max_sentences is not None and len(current) >= max_sentences
+        if current and (too_many_tokens or too_many_sentences):
+            batches.append(current)
+            current, new_width = [], width
+        current.append(index)
+        current_width = new_width
+        if max_tokens is not None and width > max_tokens:
+            oversized += 1
+    if current:
+        batches.append(current)
+    if oversized:
+        logger.warning(
+            "%d sentence pairs are longer than max_tokens=%d; each gets a batch of its own",
+            oversized,
+            max_tokens,
+        )
+    return batches
+
+
+def shard(batches: list[T], rank: int, world_size: int) -> list[T]:
+    """Rank ``rank``'s share of ``batches``; all ranks get the same number (see module docstring)."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"shard: need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    if world_size == 1 or not batches:
+        return list(batches)
+    missing = -len(batches) % world_size
+    padded = list(batches) + [batches[k % len(batches)] for k in range(missing)]
+    return padded[rank::world_size]
+
+
+def batch_indices(
+    src_lengths: Sequence[int],
+    tgt_lengths: Sequence[int] | None,
+    max_tokens: int | None = 4096,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    max_sentences: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+) -> list[list[int]]:
+    """Group corpus positions into batches; lengths are of the ids without specials.
+
+    Returns lists of positions; ``collate`` turns one into a Batch. Deterministic in (seed, epoch).
+    """
+    _check_budget(max_tokens, max_sentences)
+    src_widths = np.asarray(src_lengths, dtype=np.int64) + 1  # + EOS
+    if tgt_lengths is None:
+        tgt_widths = np.zeros_like(src_widths)
+    else:
+        tgt_widths = np.asarray(tgt_lengths, dtype=np.int64) + 1  # + BOS / EOS
+        if len(tgt_widths) != len(src_widths):
+            raise ValueError(f"batching: {len(src_widths)} sources but {len(tgt_widths)} targets")
+    widths = np.maximum(src_widths, tgt_widths)
+    count = len(widths)
+    if count == 0:
+        return []
+    if not shuffle:
+        # Stable sort: equal lengths keep corpus order, so the batches never depend on a seed.
+        order = np.lexsort((tgt_widths, src_widths, widths))
+        return shard(_pack(order, widths, max_tokens, max_sentences), rank, world_size)
+
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(count)
+    mean_width = max(1.0, float(widths.mean()))
+    batch_size_guess = max_tokens / mean_width if max_tokens is not None else float(max_sentences)
+    if max_sentences is not None:
+        batch_size_guess = min(batch_size_guess, max_sentences)
+    chunk_size = max(1, int(CHUNK_BATCHES * batch_size_guess))
+    batches: list[list[int]] = []
+    for start in range(0, count, chunk_size):
+        chunk = order[start : start + chunk_size]
+        # lexsort is stable: ties keep their shuffled order, so equal-length pairs still mix.
+        chunk = chunk[np.lexsort((tgt_widths[chunk], src_widths[chunk], widths[chunk]))]
+        batches.extend(_pack(chunk, widths, max_tokens, max_sentences))
+    batches = [batches[k] for k in rng.permutation(len(batches))]
+    return shard(batches, rank, world_size)
+
+
+def make_batches(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    max_tokens: int | None = 4096,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    max_sentences: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+) -> list[Batch]:
+    """Training or validation batches of (src_ids[i], tgt_ids[i]) pairs, ids without specials.
+
+    max_tokens: bound on B · max(S, T) per batch (padded tokens of the larger tensor).
+    max_sentences: optional bound on B.
+    shuffle, seed, epoch: see the module docstring; validation uses ``shuffle=False``.
+    rank, world_size: this process's equal share for distributed training.
+    """
+    if len(src_ids) != len(tgt_ids):
+        raise ValueError(f"make_batches: {len(src_ids)} sources but {len(tgt_ids)} targets")
+    groups = batch_indices(
+        [len(ids) for ids in src_ids],
+        [len(ids) for ids in tgt_ids],
+        max_tokens=max_tokens,
+        shuffle=shuffle,
+        seed=seed,
+        epoch=epoch,
+        max_sentences=max_sentences,
+        rank=rank,
+        world_size=world_size,
+    )
+    return [collate(src_ids, tgt_ids, group) for group in groups]
+
+
+def batches_for_inference(
+    src_ids: Sequence[Sequence[int]],
+    max_tokens: int | None = None,
+    batch_size: int | None = None,
+    tgt_ids: Sequence[Sequence[int]] | None = None,
+) -> list[Batch]:
+    """Batches for translating (or scoring) a whole file, longest sources first.
+
+    Sorting by length keeps padding, and so wasted work, small; ``batch.indices`` and
+    ``restore_order`` put the outputs back in file order. Give ``max_tokens`` (bound on B · S) or
+    ``batch_size`` (bound on B), or both. ``tgt_ids`` adds targets, e.g. to compute perplexity.
+    """
+    _check_budget(max_tokens, batch_size)
+    if tgt_ids is not None and len(tgt_ids) != len(src_ids):
+        raise ValueError(f"batches_for_inference: {len(src_ids)} sources but {len(tgt_ids)} targets")
+    src_widths = np.asarray([len(ids) for ids in src_ids], dtype=np.int64) + 1
+    widths = src_widths
+    if tgt_ids is not None:
+        widths = np.maximum(widths, np.asarray([len(ids) for ids in tgt_ids], dtype=np.int64) + 1)
+    if len(widths) == 0:
+        return []
+    order = np.argsort(-widths, kind="stable")
+    return [collate(src_ids, tgt_ids, group) for group in _pack(order, widths, max_tokens, batch_size)]
+
+
+def restore_order(batches: Sequence[Batch], outputs: Sequence[Sequence[T]]) -> list[T]:
+    """Outputs in corpus order: ``outputs[b][r]`` belongs to corpus position ``batches[b].indices[r]``.
+
+    Every position 0..N-1 must appear exactly once across the batches (not true of sharded batches).
+    """
+    if len(batches) != len(outputs):
+        raise ValueError(f"restore_order: {len(batches)} batches but {len(outputs)} output lists")
+    total = sum(len(batch.indices) for batch in batches)
+    placed: list[Any] = [None] * total
+    filled = [False] * total
+    for batch, batch_outputs in zip(batches, outputs):
+        if len(batch_outputs) != len(batch.indices):
+            raise ValueError(
+                f"restore_order: a batch of {len(batch.indices)} rows has {len(batch_outputs)} outputs"
+            )
+        for position, output in zip(batch.indices, batch_outputs):
+            if not 0 <= position < total or filled[position]:
+                raise ValueError(f"restore_order: corpus position {position} is missing or repeated")
+            placed[position] = output
+            filled[position] = True
+    return placed
+
+
+class TokenBatchSampler:
+    """``batch_indices`` as an iterable with ``set_epoch``, usable as a DataLoader ``batch_sampler``.
+
+    Call ``set_epoch(epoch)`` before each epoch, as with torch's DistributedSampler.
+    """
+
+    def __init__(
+        self,
+        src_lengths: Sequence[int],
+        tgt_lengths: Sequence[int] | None,
+        max_tokens: int | None = 4096,
+        shuffle: bool = True,
+        seed: int = 0,
+        max_sentences: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        _check_budget(max_tokens, max_sentences)
+        self.src_lengths = list(src_lengths)
+        self.tgt_lengths = None if tgt_lengths is None else list(tgt_lengths)
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.max_sentences = max_sentences
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        if self._cache is None or self._cache[0] != self.epoch:
+            batches = batch_indices(
+                self.src_lengths,
+                self.tgt_lengths,
+                max_tokens=self.max_tokens,
+                shuffle=self.shuffle,
+                seed=self.seed,
+                epoch=self.epoch,
+                max_sentences=self.max_sentences,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
+            self._cache = (self.epoch, batches)
+        return self._cache[1]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter([list(batch) for batch in self._batches()])
+
+    def __len__(self) -> int:
+        return len(self._batches())

@@ -1,0 +1,180 @@
+"""Batching: token budget, every pair once, masks and specials, fixed order per (seed, epoch), shards."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attnmt.data import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    TokenBatchSampler,
+    batch_indices,
+    batches_for_inference,
+    collate,
+    make_batches,
+    restore_order,
+    shard,
+)
+
+
+def random_corpus(count=500, seed=0, max_len=40):
+    """Id lists of varied lengths (ids >= 4, so they never collide with the specials)."""
+    rng = random.Random(seed)
+    src = [[rng.randrange(4, 100) for _ in range(rng.randrange(0, max_len))] for _ in range(count)]
+    tgt = [[rng.randrange(4, 100) for _ in range(rng.randrange(0, max_len))] for _ in range(count)]
+    return src, tgt
+
+
+def order_of(batches):
+    return [batch.indices for batch in batches]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_budget_respected_and_every_pair_exactly_once(shuffle):
+    src, tgt = random_corpus()
+    batches = make_batches(src, tgt, max_tokens=300, shuffle=shuffle, seed=1)
+    seen = sorted(i for batch in batches for i in batch.indices)
+    assert seen == list(range(len(src)))
+    for batch in batches:
+        B, S = batch.src.shape
+        T = batch.tgt_in.shape[1]
+        assert B * max(S, T) <= 300
+    # the budget is used well: batches are not needlessly small
+    assert len(batches) < 1.5 * sum(max(len(s), len(t)) + 1 for s, t in zip(src, tgt)) / 300
+
+
+def test_tensors_masks_and_specials_match_the_ids():
+    src, tgt = random_corpus(count=50)
+    for batch in make_batches(src, tgt, max_tokens=200, seed=0):
+        B = batch.size
+        assert batch.src.dtype == torch.long and batch.tgt_in.dtype == torch.long
+        assert batch.src_mask.dtype == torch.bool and batch.tgt_mask.dtype == torch.bool
+        assert batch.src.shape == batch.src_mask.shape and batch.tgt_in.shape == batch.tgt_out.shape
+        assert batch.src_lengths.tolist() == batch.src_mask.sum(1).tolist()
+        assert batch.tgt_lengths.tolist() == batch.tgt_mask.sum(1).tolist()
+        assert batch.num_tgt_tokens == int(batch.tgt_mask.sum())
+        assert batch.src.shape[1] == max(batch.src_lengths.tolist())  # no all-padding columns
+        for row, index in enumerate(batch.indices):
+            n, m = len(src[index]), len(tgt[index])
+            assert batch.src[row, : n + 1].tolist() == src[index] + [EOS_ID]
+            assert batch.tgt_in[row, : m + 1].tolist() == [BOS_ID] + tgt[index]
+            assert batch.tgt_out[row, : m + 1].tolist() == tgt[index] + [EOS_ID]
+            assert (batch.src[row][~batch.src_mask[row]] == PAD_ID).all()
+            assert (batch.tgt_in[row][~batch.tgt_mask[row]] == PAD_ID).all()
+            assert (batch.tgt_out[row][~batch.tgt_mask[row]] == PAD_ID).all()
+        assert B == len(batch.indices) == len(batch)
+
+
+def test_empty_sentences_still_have_one_position():
+    batch = collate([[], [5, 6]], [[], [7]], [0, 1])
+    assert batch.src.tolist() == [[EOS_ID, PAD_ID, PAD_ID], [5, 6, EOS_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, PAD_ID], [BOS_ID, 7]]
+    assert batch.tgt_out.tolist() == [[EOS_ID, PAD_ID], [7, EOS_ID]]
+    assert batch.src_lengths.tolist() == [1, 3] and batch.num_tgt_tokens == 3
+
+
+def test_same_seed_same_batches_other_epoch_or_seed_other_order():
+    src, tgt = random_corpus()
+    first = order_of(make_batches(src, tgt, max_tokens=400, seed=7, epoch=3))
+    again = order_of(make_batches(src, tgt, max_tokens=400, seed=7, epoch=3))
+    assert first == again
+    assert order_of(make_batches(src, tgt, max_tokens=400, seed=7, epoch=4)) != first
+    assert order_of(make_batches(src, tgt, max_tokens=400, seed=8, epoch=3)) != first
+    unshuffled = order_of(make_batches(src, tgt, max_tokens=400, shuffle=False, seed=1, epoch=1))
+    assert unshuffled == order_of(make_batches(src, tgt, max_tokens=400, shuffle=False, seed=2, epoch=5))
+
+
+def test_sorting_keeps_padding_small():
+    # Lengths like a real corpus: targets about as long as their sources.
+    rng = random.Random(0)
+    src = [[5] * rng.randrange(1, 60) for _ in range(2000)]
+    tgt = [[6] * max(0, len(s) + rng.randrange(-4, 5)) for s in src]
+
+    def real_share(batches):
+        real = sum(int(b.src_mask.sum()) + int(b.tgt_mask.sum()) for b in batches)
+        return real / sum(b.src_mask.numel() + b.tgt_mask.numel() for b in batches)
+
+    unsorted = [collate(src, tgt, list(range(k, min(k + 40, 2000)))) for k in range(0, 2000, 40)]
+    assert real_share(unsorted) < 0.6
+    assert real_share(make_batches(src, tgt, max_tokens=2000, seed=0)) > 0.9
+
+
+def test_max_sentences_and_oversized_pairs(caplog):
+    src = [[5] * 3] * 10 + [[5] * 50]
+    tgt = [[6] * 3] * 11
+    batches = make_batches(src, tgt, max_tokens=20, max_sentences=4, shuffle=False)
+    sizes = sorted(len(b) for b in batches)
+    assert all(len(b) <= 4 for b in batches)
+    alone = [b for b in batches if 10 in b.indices]
+    assert len(alone) == 1 and alone[0].indices == [10]  # longer than the budget: its own batch
+    assert "longer than max_tokens=20" in caplog.text
+    assert sum(sizes) == 11
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_shards_have_equal_counts_and_cover_everything(world_size):
+    src, tgt = random_corpus(count=300)
+    full = order_of(make_batches(src, tgt, max_tokens=500, seed=2, epoch=1))
+    shards = [
+        order_of(make_batches(src, tgt, max_tokens=500, seed=2, epoch=1, rank=r, world_size=world_size))
+        for r in range(world_size)
+    ]
+    assert len({len(s) for s in shards}) == 1
+    assert len(shards[0]) == -(-len(full) // world_size)
+    covered = {i for s in shards for batch in s for i in batch}
+    assert covered == set(range(300))
+    assert [b for s in shards for b in s if b not in full] == []
+
+
+def test_shard_edge_cases():
+    assert shard([["a"]], rank=2, world_size=3) == [["a"]]  # fewer batches than ranks: repeated
+    assert shard(list(range(5)), rank=0, world_size=1) == list(range(5))
+    with pytest.raises(ValueError, match="rank"):
+        shard([1, 2], rank=2, world_size=2)
+
+
+def test_inference_batches_sorted_and_order_restored():
+    src, _ = random_corpus(count=120)
+    batches = batches_for_inference(src, max_tokens=256)
+    lengths = [len(src[i]) for b in batches for i in b.indices]
+    assert lengths == sorted(lengths, reverse=True)
+    assert all(b.tgt_in is None and b.src.numel() <= 256 for b in batches)
+    outputs = [[f"out{i}" for i in b.indices] for b in batches]
+    assert restore_order(batches, outputs) == [f"out{i}" for i in range(120)]
+    by_count = batches_for_inference(src, batch_size=16)
+    assert all(len(b) <= 16 for b in by_count) and sum(len(b) for b in by_count) == 120
+    with pytest.raises(ValueError, match="max_tokens or max_sentences"):
+        batches_for_inference(src)
+
+
+def test_restore_order_rejects_mismatches():
+    batches = batches_for_inference([[4], [5, 6]], batch_size=1)
+    with pytest.raises(ValueError, match="outputs"):
+        restore_order(batches, [["x"], []])
+
+
+def test_sampler_follows_set_epoch():
+    src, tgt = random_corpus(count=200)
+    lengths = ([len(s) for s in src], [len(t) for t in tgt])
+    sampler = TokenBatchSampler(*lengths, max_tokens=300, seed=4)
+    sampler.set_epoch(2)
+    assert list(sampler) == batch_indices(*lengths, max_tokens=300, seed=4, epoch=2)
+    assert len(sampler) == len(list(sampler))
+    sampler.set_epoch(3)
+    assert list(sampler) == batch_indices(*lengths, max_tokens=300, seed=4, epoch=3)
+
+
+def test_batch_to_device_and_argument_checks():
+    src, tgt = random_corpus(count=10)
+    batch = make_batches(src, tgt, max_tokens=1000)[0]
+    moved = batch.to("cpu")
+    assert torch.equal(moved.src, batch.src) and moved.indices == batch.indices
+    with pytest.raises(ValueError, match="sources but"):
+        make_batches(src, tgt[:5])
+    with pytest.raises(ValueError, match="max_tokens"):
+        make_batches(src, tgt, max_tokens=0)
+    assert make_batches([], [], max_tokens=10) == []
