@@ -1,0 +1,74 @@
+"""Word alignment from attention: word vectors in, attention matrices, links, AER out.
+
+- ``vectors``: :class:`WordVectors`, fastText ``.vec`` and seed-format loading, tokenization.
+- ``embed``: English and French vectors in one space from a parallel corpus (co-occurrence + SVD).
+- ``weights``: vector attention, ``softmax(Q Kᵀ · scale)`` of target over source words (seed 000).
+- ``links``: argmax in both directions, intersect/union, grow-diag(-final), itermax, one-to-one
+  matching; :func:`align_corpus` for any weight function (vectors now, translators later).
+- ``metrics``: alignment error rate, precision, recall, F1; NAACL and Pharaoh gold readers.
+
+Every public name is importable from ``attnmt.alignment``; submodules load on first use, so the
+command line can read the choice lists in ``attnmt.alignment.names`` without loading NumPy.
+
+Conventions: attention weights are ``[len(tgt), len(src)]`` (rows = target words, as a decoder
+attends); links are ``(i_src, j_tgt)``, 0-based, source first (Pharaoh ``i-j``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from attnmt.alignment.names import GOLD_FORMATS, LINK_METHODS, SCORINGS
+
+_SUBMODULE_OF = {
+    "EMBED_METHOD": "embed",
+    "train_cross_lingual_vectors": "embed",
+    "align_corpus": "links",
+    "extract_links": "links",
+    "format_pharaoh": "links",
+    "grow_diag_links": "links",
+    "intersect_links": "links",
+    "itermax_links": "links",
+    "match_links": "links",
+    "src2tgt_links": "links",
+    "tgt2src_links": "links",
+    "union_links": "links",
+    "GoldAlignment": "metrics",
+    "alignment_error_rate": "metrics",
+    "check_link_range": "metrics",
+    "read_gold": "metrics",
+    "read_naacl_alignments": "metrics",
+    "read_pharaoh_alignments": "metrics",
+    "write_pharaoh": "metrics",
+    "WordVectors": "vectors",
+    "load_seed_vectors": "vectors",
+    "load_vec": "vectors",
+    "load_vector_dir": "vectors",
+    "load_word_vectors": "vectors",
+    "save_vec": "vectors",
+    "save_vector_dir": "vectors",
+    "tokenize": "vectors",
+    "DEFAULT_DISTORTION": "weights",
+    "DEFAULT_TEMPERATURE": "weights",
+    "VectorAligner": "weights",
+    "VectorAttention": "weights",
+    "VectorScoring": "weights",
+    "vector_attention": "weights",
+}
+
+__all__ = sorted(["GOLD_FORMATS", "LINK_METHODS", "SCORINGS", *_SUBMODULE_OF])
+
+
+def __getattr__(name: str) -> Any:
+    """Load the submodule that defines ``name`` on first access (PEP 562)."""
+    submodule = _SUBMODULE_OF.get(name)
+    if submodule is None:
+        raise AttributeError(f"module 'attnmt.alignment' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"attnmt.alignment.{submodule}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,236 @@
+"""From attention weights to word alignment links, for one sentence or a whole corpus.
+
+Every function here takes ``weights: [T, S]`` — row j is target word j's attention over the S
+source words, as vector attention and a translator's decoder produce it — and returns a set of
+links ``(i, j)``: source position i, target position j, both 0-based, source first (the Pharaoh
+``i-j`` convention). A row or column whose weights are all zero (a word that attended to nothing,
+or that nothing attended to) proposes no link. Ties go to the lower position.
+
+Methods (:data:`LINK_METHODS`):
+
+* ``src2tgt``: every source word i links to the target word that gives it the most weight,
+  ``argmax_j weights[j, i]``.
+* ``tgt2src``: every target word j links to the source word it attends to most,
+  ``argmax_i weights[j, i]`` (the usual reading of a decoder's attention).
+* ``intersect`` / ``union`` of the two: high precision / high recall.
+* ``grow-diag``: start from the intersection and repeatedly add links of the union that neighbour
+  (also diagonally) an existing link and touch a so-far unaligned word (Koehn et al., 2003);
+  ``grow-diag-final`` then adds union links whose source or target word is still unaligned.
+* ``itermax`` (Jalili Sabet et al., 2020, SimAlign): mutual argmax (= ``intersect``), then up to
+  ``max_iterations − 1`` more rounds of mutual argmax on a modified matrix where pairs with both
+  words aligned are excluded and pairs with one aligned word are discounted by ``discount``
+  (0.9), so that unaligned words get a second chance.
+* ``match``: the one-to-one matching with the largest total weight (the assignment problem,
+  ``scipy.optimize.linear_sum_assignment``): min(S, T) links, every word at most once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from attnmt.alignment.names import LINK_METHODS
+
+__all__ = [
+    "LINK_METHODS",
+    "Links",
+    "align_corpus",
+    "extract_links",
+    "format_pharaoh",
+    "grow_diag_links",
+    "intersect_links",
+    "itermax_links",
+    "match_links",
+    "src2tgt_links",
+    "tgt2src_links",
+    "union_links",
+]
+
+Links = set[tuple[int, int]]
+
+
+
+def _as_weights(weights) -> np.ndarray:
+    matrix = np.asarray(weights, dtype=np.float64)
+    if matrix.ndim != 2:
+        raise ValueError(f"weights must be a [T, S] matrix, got shape {matrix.shape}")
+    if np.isnan(matrix).any():
+        raise ValueError(f"weights of shape {matrix.shape} contain NaN")
+    return matrix
+
+
+def tgt2src_links(weights) -> Links:
+    """Each target word j → its most-attended source word ``argmax_i weights[j, i]``."""
+    matrix = _as_weights(weights)
+    if matrix.size == 0:
+        return set()
+    best = matrix.argmax(axis=1)
+    live = matrix.max(axis=1) > 0
+    return {(int(best[j]), j) for j in range(matrix.shape[0]) if live[j]}
+
+
+def src2tgt_links(weights) -> Links:
+    """Each source word i → the target word giving it the most weight ``argmax_j weights[j, i]``."""
+    matrix = _as_weights(weights)
+    if matrix.size == 0:
+        return set()
+    best = matrix.argmax(axis=0)
+    live = matrix.max(axis=0) > 0
+    return {(i, int(best[i])) for i in range(matrix.shape[1]) if live[i]}
+
+
+def intersect_links(weights) -> Links:
+    """Links that are the argmax in both directions (mutual best)."""
+    return src2tgt_links(weights) & tgt2src_links(weights)
+
+
+def union_links(weights) -> Links:
+    """Links that are the argmax in either direction."""
+    return src2tgt_links(weights) | tgt2src_links(weights)
+
+
+_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def grow_diag_links(weights, final: bool = False) -> Links:
+    """Koehn's grow-diag(-final) symmetrisation of the two argmax directions (see module doc)."""
+    forward, backward = src2tgt_links(weights), tgt2src_links(weights)
+    union = forward | backward
+    links = forward & backward
+    aligned_src = {i for i, _ in links}
+    aligned_tgt = {j for _, j in links}
+    added = True
+    while added:
+        added = False
+        for i, j in sorted(links):
+            for di, dj in _NEIGHBOURS:
+                candidate = (i + di, j + dj)
+                if candidate in union and candidate not in links and (
+                    candidate[0] not in aligned_src or candidate[1] not in aligned_tgt
+                ):
+                    links.add(candidate)
+                    aligned_src.add(candidate[0])
+                    aligned_tgt.add(candidate[1])
+                    added = True
+    if final:
+        for direction in (forward, backward):
+            for i, j in sorted(direction):
+                if (i not in aligned_src or j not in aligned_tgt) and (i, j) not in links:
+                    links.add((i, j))
+                    aligned_src.add(i)
+                    aligned_tgt.add(j)
+    return links
+
+
+def itermax_links(weights, max_iterations: int = 2, discount: float = 0.9) -> Links:
+    """SimAlign's iterative mutual argmax (see module doc); ``max_iterations=1`` is ``intersect``."""
+    if max_iterations < 1:
+        raise ValueError(f"itermax_links: max_iterations must be >= 1, got {max_iterations}")
+    if not 0 <= discount <= 1:
+        raise ValueError(f"itermax_links: discount must be in [0, 1], got {discount}")
+    matrix = _as_weights(weights)
+    if (matrix < 0).any():
+        raise ValueError("itermax_links: weights must be >= 0 (the discount assumes it)")
+    links = intersect_links(matrix)
+    target_length, source_length = matrix.shape
+    for _ in range(max_iterations - 1):
+        aligned_src = np.zeros(source_length, bool)
+        aligned_tgt = np.zeros(target_length, bool)
+        for i, j in links:
+            aligned_src[i] = aligned_tgt[j] = True
+        if aligned_src.all() or aligned_tgt.all():
+            break
+        one_aligned = aligned_tgt[:, None] ^ aligned_src[None, :]
+        both_aligned = aligned_tgt[:, None] & aligned_src[None, :]
+        modified = np.where(one_aligned, discount * matrix, matrix)
+        modified[both_aligned] = 0.0  # excluded: both words already have a partner
+        new = {(i, j) for i, j in intersect_links(modified) if not both_aligned[j, i]}
+        if new <= links:
+            break
+        links |= new
+    return links
+
+
+def match_links(weights) -> Links:
+    """The one-to-one matching of largest total weight (``linear_sum_assignment``); zero-weight pairs dropped."""
+    from scipy.optimize import linear_sum_assignment
+
+    matrix = _as_weights(weights)
+    if matrix.size == 0:
+        return set()
+    rows, columns = linear_sum_assignment(matrix, maximize=True)
+    return {(int(i), int(j)) for j, i in zip(rows, columns) if matrix[j, i] > 0}
+
+
+_EXTRACTORS: dict[str, Callable[[np.ndarray], Links]] = {
+    "src2tgt": src2tgt_links,
+    "tgt2src": tgt2src_links,
+    "intersect": intersect_links,
+    "union": union_links,
+    "grow-diag": grow_diag_links,
+    "grow-diag-final": lambda weights: grow_diag_links(weights, final=True),
+    "itermax": itermax_links,
+    "match": match_links,
+}
+
+
+def extract_links(weights, method: str = "intersect") -> Links:
+    """Links ``{(i_src, j_tgt)}`` from ``weights: [T, S]`` with one of :data:`LINK_METHODS`."""
+    try:
+        extractor = _EXTRACTORS[method]
+    except KeyError:
+        raise ValueError(f"unknown link method {method!r}; choose one of {', '.join(LINK_METHODS)}") from None
+    return extractor(weights)
+
+
+def align_corpus(
+    weight_fn: Callable[[Sequence[str], Sequence[str]], np.ndarray],
+    src_sentences: Sequence[Sequence[str]],
+    tgt_sentences: Sequence[Sequence[str]],
+    method: str = "intersect",
+    *,
+    progress: bool = False,
+) -> list[Links]:
+    """Align every sentence pair: one set of links ``(i_src, j_tgt)`` per pair.
+
+    weight_fn(src_tokens, tgt_tokens) must return the attention of the target words over the
+    source words, ``weights: [len(tgt_tokens), len(src_tokens)]`` (rows = target words, as a
+    decoder attends) — e.g. :class:`attnmt.alignment.VectorAligner`, or a translator forced to
+    decode the given target. Pairs with an empty side get no links and do not call ``weight_fn``.
+    Raises ValueError when the two lists differ in length or a returned matrix has the wrong shape.
+    """
+    from tqdm import tqdm
+
+    if method not in _EXTRACTORS:
+        raise ValueError(f"unknown link method {method!r}; choose one of {', '.join(LINK_METHODS)}")
+    if len(src_sentences) != len(tgt_sentences):
+        raise ValueError(
+            f"align_corpus: {len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences"
+        )
+    alignments: list[Links] = []
+    pairs = zip(src_sentences, tgt_sentences)
+    for number, (src_tokens, tgt_tokens) in enumerate(
+        tqdm(pairs, total=len(src_sentences), desc=f"aligning ({method})", unit=" pairs",
+             disable=not progress, mininterval=0.5),
+        start=1,
+    ):
+        if not src_tokens or not tgt_tokens:
+            alignments.append(set())
+            continue
+        weights = np.asarray(weight_fn(src_tokens, tgt_tokens))
+        expected = (len(tgt_tokens), len(src_tokens))
+        if weights.shape != expected:
+            raise ValueError(
+                f"align_corpus: pair {number}: weight_fn returned shape {weights.shape}, expected "
+                f"[len(tgt), len(src)] = {list(expected)}"
+            )
+        alignments.append(extract_links(weights, method))
+    return alignments
+
+
+def format_pharaoh(links: Iterable[tuple[int, int]], possible: Iterable[tuple[int, int]] = ()) -> str:
+    """One Pharaoh line: ``i-j`` per link (0-based, source first), sorted; ``ipj`` for possible-only links."""
+    sure = set(links)
+    items = [(i, j, "-") for i, j in sure] + [(i, j, "p") for i, j in set(possible) - sure]
+    return " ".join(f"{i}{mark}{j}" for i, j, mark in sorted(items))
