@@ -57,6 +57,25 @@ def causal_mask(length: int, device: torch.device | str | None = None) -> torch.
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 
+def _broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast of ``shapes`` (NumPy/torch rules), or None when they do not broadcast.
+
+    Plain Python on purpose: ``torch.broadcast_shapes`` costs about 10 µs a call, as much as a
+    whole attention over a small batch, and this runs on every call.
+    """
+    ndim = max(len(shape) for shape in shapes)
+    result = [1] * ndim
+    for shape in shapes:
+        offset = ndim - len(shape)
+        for axis, size in enumerate(shape, start=offset):
+            if size == result[axis] or size == 1:
+                continue
+            if result[axis] != 1:
+                return None
+            result[axis] = size
+    return tuple(result)
+
+
 def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
     """Raise a clear error unless ``mask`` is None or a bool tensor broadcastable to ``scores_shape``."""
     if mask is None:
@@ -64,11 +83,7 @@ def check_mask(mask: torch.Tensor | None, scores_shape: tuple[int, ...], name: s
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"{name} must be a torch.bool tensor (True = may attend), got {kind}")
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
+    if _broadcast_shapes(tuple(mask.shape), tuple(scores_shape)) != tuple(scores_shape):
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
             f"shape {tuple(scores_shape)} ([..., Lq, Lk])"
@@ -83,18 +98,41 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
     softmax subtracts the maximum (``torch.softmax`` does this internally).
     """
     if mask is None:
-        return torch.softmax(scores, dim=dim)
+        return _softmax(scores, dim)
     has_key = mask.any(dim=dim, keepdim=True)
     if bool(has_key.all()):
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
+        return _softmax(scores.masked_fill(~mask, float("-inf")), dim)
     # Some slices are fully masked: let them attend everywhere (finite softmax, finite
     # gradients), then zero them out.
     mask = mask | ~has_key
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=dim)
+    weights = _softmax(scores.masked_fill(~mask, float("-inf")), dim)
     return weights.masked_fill(~has_key, 0.0)
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+# torch's CPU softmax kernel is slow on rows shorter than its vector width: for rows of 5 to 15
+# float32 values it took 4-5x as long as the four plain tensor operations below (torch 2.13,
+# AVX-512). Short rows are common here: sentences of a dozen tokens, decoders asking one query
+# at a time. Used without autograd only (decoding, evaluation); under autograd the four-op
+# version's backward costs more than its forward saves.
+_SHORT_ROW = 16
+
+
+def _softmax(scores: torch.Tensor, dim: int) -> torch.Tensor:
+    """torch.softmax(scores, dim), computed as exp(x − max x) / Σ exp(x − max x) for short CPU rows."""
+    length = scores.shape[dim] if scores.dim() else 0
+    if (
+        0 < length < _SHORT_ROW
+        and scores.device.type == "cpu"
+        and scores.dtype in (torch.float32, torch.float64)
+        and not (scores.requires_grad and torch.is_grad_enabled())
+    ):
+        exponentials = (scores - scores.amax(dim=dim, keepdim=True)).exp_()
+        return exponentials.div_(exponentials.sum(dim=dim, keepdim=True))
+    return torch.softmax(scores, dim=dim)
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
+    """Raise a clear error on mismatched q, k, v; return their broadcast batch shape."""
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
@@ -108,6 +146,36 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(
             f"k and v must have the same number of keys Lk: k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
+    q_batch, k_batch, v_batch = q.shape[:-2], k.shape[:-2], v.shape[:-2]
+    if q_batch == k_batch == v_batch:  # the common case, without the general broadcast below
+        return tuple(q_batch)
+    batch_shape = _broadcast_shapes(tuple(q_batch), tuple(k_batch), tuple(v_batch))
+    if batch_shape is None:
+        raise ValueError(
+            f"the leading (batch) dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and "
+            f"v {tuple(v.shape)} do not broadcast together"
+        )
+    return batch_shape
+
+
+def _scaled_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale · q kᵀ: [..., Lq, Lk].
+
+    When q and k share their batch dimensions the scale is the ``alpha`` of a batched GEMM
+    (``baddbmm`` with beta = 0), applied inside the matrix product: no extra pass over the
+    inputs or over the Lq × Lk scores. Otherwise (broadcast batches) q is scaled first, which
+    costs Lq·d multiplications rather than Lq·Lk.
+    """
+    if q.shape[:-2] != k.shape[:-2]:
+        return torch.matmul(q * scale, k.transpose(-2, -1))
+    unused_input = q.new_zeros(())  # beta = 0: baddbmm/addmm ignore it
+    if q.dim() == 2:
+        return torch.addmm(unused_input, q, k.t(), beta=0.0, alpha=scale)
+    batch = math.prod(q.shape[:-2])  # not -1: that is ambiguous when a length is 0
+    q3 = q.reshape(batch, q.shape[-2], q.shape[-1])
+    k3 = k.reshape(batch, k.shape[-2], k.shape[-1])
+    scores = torch.baddbmm(unused_input, q3, k3.transpose(-2, -1), beta=0.0, alpha=scale)
+    return scores.view(*q.shape[:-2], q.shape[-2], k.shape[-2])
 
 
 _fused_zeroes_empty_rows: bool | None = None
@@ -146,26 +214,24 @@ def scaled_dot_product_attention(
     explicit matmul–softmax–matmul and returns the weights (before dropout). Both paths give the
     same output; rows with no allowed key give zero weights and a zero output.
     """
-    _check_qkv(q, k, v)
-    batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    check_mask(mask, (*batch_shape, q.shape[-2], k.shape[-2]))
+    batch_shape = _check_qkv(q, k, v)
+    if mask is not None:
+        check_mask(mask, (*batch_shape, q.shape[-2], k.shape[-2]))
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
 
-    if not need_weights:
+    if not need_weights:  # the fused kernel's default scale is 1/√d_k as well
         if mask is None or _fused_handles_empty_rows():
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-            return out, None
+            return F.scaled_dot_product_attention(q, k, v, mask, dropout_p, scale=scale), None
         has_key = mask.any(dim=-1, keepdim=True)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale
         )
         return out.masked_fill(~has_key, 0.0), None
 
-    # Scaling q (Lq·d multiplications) is cheaper than scaling the scores (Lq·Lk).
-    scores = torch.matmul(q * scale, k.transpose(-2, -1))
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = _scaled_scores(q, k, scale)
     weights = masked_softmax(scores, mask, dim=-1)
     attended = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return torch.matmul(attended, v), weights

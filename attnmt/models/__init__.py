@@ -1,0 +1,53 @@
+"""attnmt.models: the translators. ``build_model`` makes one from the ``model:`` section of a config.
+
+Every model implements the contract of MODEL_API.md: ``forward`` (teacher forcing), ``encode``,
+``init_decoder_state`` and ``decode_step`` (incremental decoding for search), and keeps
+``model.config`` (its config dataclass) and ``model.model_type``.
+
+Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass
+(``from_dict`` / ``to_dict``, ConfigError on bad input) and a module-level
+``build(model_config: dict, src_vocab_size: int, tgt_vocab_size: int) -> nn.Module``, then name
+the module in ``MODEL_MODULES`` below. Modules are imported only when their type is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from attnmt.errors import ConfigError
+
+__all__ = ["MODEL_MODULES", "build_model", "count_parameters"]
+
+#: model type (the ``type`` key of a model config) -> module defining ``build(...)``
+MODEL_MODULES: dict[str, str] = {
+    "rnn": "attnmt.models.rnn",
+    "transformer": "attnmt.models.transformer",
+}
+
+
+def build_model(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int):
+    """The model described by ``model_config`` (a dict with ``type`` and that type's options).
+
+    Raises ConfigError for a missing or unknown ``type`` and for the options the type rejects.
+    """
+    if not isinstance(model_config, dict):
+        raise ConfigError(f"model config must be a mapping, got {type(model_config).__name__}")
+    model_type = model_config.get("type")
+    if model_type is None:
+        raise ConfigError(f"model config needs a 'type' ({', '.join(MODEL_MODULES)})")
+    if model_type not in MODEL_MODULES:
+        raise ConfigError(f"unknown model.type {model_type!r}; known types: {', '.join(MODEL_MODULES)}")
+    module_name = MODEL_MODULES[model_type]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise ConfigError(f"model.type {model_type!r} needs {module_name}, which this installation lacks") from None
+    return module.build(model_config, src_vocab_size, tgt_vocab_size)
+
+
+def count_parameters(model, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameters; a tied weight counts once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,201 @@
+"""Checkpoints: one file holding everything needed to translate with, or to continue, a run.
+
+A checkpoint is a plain dictionary saved with ``torch.save``::
+
+    format            "attnmt-checkpoint"       (marker: this file was written by attnmt)
+    format_version    1
+    attnmt_version    "0.1.0"
+    model_type        "rnn" | "transformer"     (must equal config["model"]["type"])
+    config            the run configuration as a plain dict (RunConfig.to_dict())
+    model             the model's state_dict (tensors)
+    tokenizers        {file name: bytes} — the sentencepiece model files, so a checkpoint alone translates
+    optimizer, scheduler   their state_dicts (training state; absent in a checkpoint for inference only)
+    rng               random generator states per rank (torch, numpy, python) for an exact resume
+    progress          {"step", "epoch", "batch_in_epoch", "elapsed_seconds", ...}
+    history           the metric records written so far (the lines of metrics.jsonl)
+
+Everything in it is a dict, list, tuple, str, bytes, number or tensor, so it loads with
+``torch.load(weights_only=True)``: loading never runs code from the file, and a checkpoint from an
+untrusted source cannot do more than fail to load.
+
+Writing is atomic: the bytes go to a temporary file in the same folder which then replaces the
+target with ``os.replace``, so a crash while saving (or a kill -9) leaves the previous checkpoint
+intact, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from attnmt import __version__
+from attnmt.errors import CheckpointError
+
+FORMAT = "attnmt-checkpoint"
+FORMAT_VERSION = 1
+
+# Keys every checkpoint has; training checkpoints also carry the TRAINING_KEYS.
+REQUIRED_KEYS = ("format", "format_version", "attnmt_version", "model_type", "config", "model", "tokenizers")
+TRAINING_KEYS = ("optimizer", "scheduler", "rng", "progress", "history")
+
+
+def make_checkpoint(
+    *,
+    config: dict,
+    model_state: dict,
+    tokenizers: dict[str, bytes],
+    **training_state: Any,
+) -> dict:
+    """The checkpoint dictionary for a model (plus optional training state: optimizer, scheduler, rng, ...)."""
+    model_type = config.get("model", {}).get("type")
+    if not isinstance(model_type, str):
+        raise ValueError(f"make_checkpoint: config['model']['type'] must be a string, got {model_type!r}")
+    checkpoint = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "attnmt_version": __version__,
+        "model_type": model_type,
+        "config": config,
+        "model": model_state,
+        "tokenizers": dict(tokenizers),
+    }
+    unknown = set(training_state) - set(TRAINING_KEYS)
+    if unknown:
+        raise ValueError(f"make_checkpoint: unknown training state {sorted(unknown)}; known: {TRAINING_KEYS}")
+    checkpoint.update(training_state)
+    return checkpoint
+
+
+def save_checkpoint(checkpoint: dict, path: str | Path) -> Path:
+    """Write ``checkpoint`` to ``path`` atomically (temporary file in the same folder + os.replace)."""
+    path = Path(path)
+    if checkpoint.get("format") != FORMAT:
+        raise ValueError("save_checkpoint: build the dictionary with make_checkpoint()")
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            torch.save(checkpoint, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary_name, path)
+    finally:
+        if os.path.exists(temporary_name):
+            os.unlink(temporary_name)
+    return path
+
+
+def _describe_foreign(obj: Any) -> str:
+    if isinstance(obj, dict):
+        keys = sorted(map(str, obj))
+        shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+        return f"a dictionary with keys [{shown}]"
+    return f"an object of type {type(obj).__name__}"
+
+
+def load_checkpoint(
+    path: str | Path,
+    expected_model_type: str | None = None,
+    require_training_state: bool = False,
+) -> dict:
+    """Read and check a checkpoint written by :func:`save_checkpoint`.
+
+    expected_model_type: when given, a checkpoint of another model type is refused.
+    require_training_state: refuse a checkpoint without optimizer/scheduler/rng/progress (for --resume).
+
+    Raises CheckpointError, naming the file, what was expected and what was found, when the file is
+    missing, truncated or otherwise unreadable, was not written by attnmt, is of a newer format,
+    lacks keys, or holds another model type than expected or than its own config says.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    import torch
+
+    data = path.read_bytes()
+    if not data:
+        raise CheckpointError(f"{path}: checkpoint file is empty (expected an attnmt checkpoint)")
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint: expected a torch.save archive (zip) written by attnmt, "
+            f"found {len(data)} bytes that are not one (corrupt, truncated or another kind of file)"
+        )
+    try:
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CheckpointError(
+            f"{path}: refused to load: it contains objects other than plain dicts, lists, numbers, "
+            f"strings and tensors (attnmt checkpoints only hold those), so it was not written by attnmt "
+            f"or is damaged ({first_line})"
+        ) from None
+    except Exception as error:  # torch raises RuntimeError/EOFError/... for damaged archives
+        raise CheckpointError(
+            f"{path}: corrupt or truncated checkpoint ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
+
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path}: not an attnmt checkpoint: expected a dictionary with format={FORMAT!r}, "
+            f"found {_describe_foreign(checkpoint)}"
+        )
+    version = checkpoint.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {version!r} is not supported by attnmt {__version__} "
+            f"(expected at most {FORMAT_VERSION}); it was written by attnmt {checkpoint.get('attnmt_version')}"
+        )
+    missing = [key for key in REQUIRED_KEYS if key not in checkpoint]
+    if require_training_state:
+        missing += [key for key in TRAINING_KEYS if key not in checkpoint]
+    if missing:
+        raise CheckpointError(
+            f"{path}: checkpoint is missing {', '.join(missing)} "
+            f"(found keys: {', '.join(sorted(map(str, checkpoint)))})"
+        )
+    model_type = checkpoint["model_type"]
+    config_type = (checkpoint["config"].get("model") or {}).get("type") if isinstance(checkpoint["config"], dict) else None
+    if config_type != model_type:
+        raise CheckpointError(
+            f"{path}: inconsistent checkpoint: it holds a {model_type!r} model but its config says "
+            f"model.type = {config_type!r}"
+        )
+    if expected_model_type is not None and model_type != expected_model_type:
+        raise CheckpointError(
+            f"{path}: checkpoint holds a {model_type!r} model, expected a {expected_model_type!r} model"
+        )
+    if not isinstance(checkpoint["model"], dict) or not isinstance(checkpoint["tokenizers"], dict):
+        raise CheckpointError(f"{path}: checkpoint's 'model' and 'tokenizers' entries must be dictionaries")
+    return checkpoint
+
+
+def load_model_state(model, checkpoint: dict, path: str | Path = "checkpoint") -> None:
+    """Copy the checkpoint's weights into ``model``; CheckpointError when names or shapes differ."""
+    state = checkpoint["model"]
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong_shape = [
+        f"{name} (model {tuple(expected[name].shape)}, checkpoint {tuple(state[name].shape)})"
+        for name in sorted(set(expected) & set(state))
+        if hasattr(state[name], "shape") and tuple(state[name].shape) != tuple(expected[name].shape)
+    ]
+    if missing or unexpected or wrong_shape:
+        parts = []
+        if missing:
+            parts.append(f"missing weights {', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}")
+        if unexpected:
+            parts.append(f"unexpected weights {', '.join(unexpected[:5])}{', ...' if len(unexpected) > 5 else ''}")
+        if wrong_shape:
+            parts.append(f"shape mismatch for {', '.join(wrong_shape[:3])}")
+        raise CheckpointError(
+            f"{path}: the weights do not fit the model its config describes: {'; '.join(parts)}"
+        )
+    model.load_state_dict(state)

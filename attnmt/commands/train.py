@@ -1,0 +1,91 @@
+"""Train a translator from a YAML config into a run folder.
+
+Trains tokenizers on the training split, then the model with Adam, gradient clipping, lr decay
+on a validation-loss plateau, label smoothing and early stopping; writes best.pt (lowest
+validation loss) and last.pt, metrics.jsonl and attention heatmaps of validation sentences per
+epoch into the run folder. A run folder is never overwritten: continue a stopped or killed run
+with --resume (it continues exactly where its last checkpoint left off).
+
+Examples:
+  attnmt train --config configs/multi30k_rnn.yaml --attention additive --seed 2 --out runs/additive-2
+  attnmt train --out runs/additive-2 --resume --max-epochs 30
+  torchrun --nproc_per_node 2 -m attnmt train --config configs/multi30k_rnn.yaml --out runs/ddp
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="YAML run config (optional with --resume: the run's own is used)")
+    parser.add_argument("--attention", metavar="NAME", help="attention mechanism (sets model.attention)")
+    parser.add_argument("--seed", type=int, help="random seed (sets training.seed)")
+    parser.add_argument("--out", type=Path, metavar="RUN",
+                        help="run folder (default: runs/<config name>-<attention>-seed<seed>)")
+    parser.add_argument("--max-epochs", type=int, metavar="N", help="sets training.max_epochs")
+    parser.add_argument("--max-steps", type=int, metavar="N", help="sets training.max_steps")
+    parser.add_argument("--max-minutes", type=float, metavar="M", help="sets training.max_minutes")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _default_out(config, config_path: Path | None) -> Path:
+    name = config_path.stem if config_path is not None else "run"
+    attention = str(config.model.get("attention", config.model.get("type", "model")))
+    return Path("runs") / f"{name}-{attention}-seed{config.training.seed}"
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from attnmt.config import RunConfig, apply_overrides, load_config, yaml_load
+    from attnmt.errors import ConfigError
+    from attnmt.training import CONFIG_FILE, LAST, resolve_resume_config, train
+
+    overrides = {
+        "attention": args.attention,
+        "seed": args.seed,
+        "max_epochs": args.max_epochs,
+        "max_steps": args.max_steps,
+        "max_minutes": args.max_minutes,
+    }
+    requested = load_config(args.config, overrides, args.set) if args.config is not None else None
+    if args.out is None:
+        if requested is None:
+            raise ConfigError("give --config (and --out), or --out RUN --resume to continue a run")
+        if args.resume:
+            raise ConfigError("--resume needs --out RUN: the run folder to continue")
+    out = args.out or _default_out(requested, args.config)
+
+    saved_path = out / CONFIG_FILE
+    if args.resume and saved_path.is_file():
+        try:
+            saved = yaml_load(saved_path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as error:
+            raise ConfigError(f"{saved_path}: cannot read the run's config ({error})") from None
+        if requested is None:
+            try:
+                requested = RunConfig.from_dict(apply_overrides(saved, overrides, args.set))
+            except ConfigError as error:
+                raise ConfigError(f"{saved_path}: {error}") from None
+        config = resolve_resume_config(saved, requested, {}) if (out / LAST).is_file() else requested
+    elif requested is None:
+        raise ConfigError(f"{out}: no run to resume there ({saved_path} is missing); give --config to start one")
+    else:
+        config = requested
+
+    import torch.distributed as dist
+
+    try:
+        result = train(config, out, resume=args.resume, show_progress=not args.no_progress)
+        is_main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    if is_main:
+        print(f"attnmt train: {result.summary_line()}")
+    return 0

@@ -1,0 +1,86 @@
+"""Translate sentences with a trained run.
+
+With sentences as arguments, prints one translation per sentence. Without, reads standard input
+one sentence a line and writes one translation a line to standard output (an empty line stays
+empty), so it works in a pipe. --plot draws the attention of the (first) sentence as a heatmap.
+
+Examples:
+  attnmt translate runs/sdp "Ein Mann fährt Fahrrad." --beam 5 --plot bike.png
+  zcat test.de.gz | attnmt translate runs/sdp > test.hyp.en
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+STDIN_CHUNK = 512  # lines translated at once from standard input
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="RUN", help="run folder (or a checkpoint file)")
+    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
+    parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default: the run's search.beam, 1 = greedy)")
+    parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint (default best)")
+    parser.add_argument("--plot", type=Path, metavar="FILE",
+                        help="write the attention heatmap of each sentence (.png/.svg/.pdf); with several "
+                             "sentences FILE gets -1, -2, ... before its suffix")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing --plot files")
+    parser.add_argument("--no-merge-pieces", action="store_true", help="plot subword pieces, not words")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
+
+
+def _plot_paths(path: Path, count: int) -> list[Path]:
+    if count == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{k}{path.suffix}") for k in range(1, count + 1)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnmt.errors import ConfigError
+    from attnmt.plotting import plot_attention
+    from attnmt.translator import Translator
+
+    if args.beam is not None and args.beam < 1:
+        raise ConfigError(f"--beam must be >= 1, got {args.beam}")
+    if args.plot is not None and not args.sentences:
+        raise ConfigError("--plot needs the sentences as arguments (not on standard input)")
+    plot_paths = _plot_paths(args.plot, len(args.sentences)) if args.plot is not None else []
+    existing = [str(p) for p in plot_paths if p.exists()]
+    if existing and not args.overwrite:
+        raise ConfigError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
+    translator = Translator.load(args.run_dir, args.checkpoint)
+
+    if args.sentences:
+        translations = translator.translate(
+            args.sentences, beam=args.beam, batch_size=args.batch_size, return_attention=bool(plot_paths)
+        )
+        for translation in translations:
+            print(translation.output)
+        for translation, path in zip(translations, plot_paths):
+            plot_attention(
+                translation.attention, translation.src_pieces, translation.out_pieces, path,
+                title=translation.output, merge_pieces=not args.no_merge_pieces,
+            )
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
+
+    def flush(lines: list[str]) -> None:
+        keep = [k for k, line in enumerate(lines) if line.strip()]
+        outputs = [""] * len(lines)
+        for k, translation in zip(keep, translator.translate([lines[k] for k in keep], beam=args.beam,
+                                                             batch_size=args.batch_size)):
+            outputs[k] = translation.output
+        sys.stdout.write("".join(output + "\n" for output in outputs))
+        sys.stdout.flush()
+
+    chunk: list[str] = []
+    for line in sys.stdin:
+        chunk.append(line.rstrip("\r\n"))
+        if len(chunk) >= STDIN_CHUNK:
+            flush(chunk)
+            chunk = []
+    if chunk:
+        flush(chunk)
+    return 0

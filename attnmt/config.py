@@ -1,0 +1,379 @@
+"""The configuration of a training run: ``data``, ``model``, ``training`` and ``search`` sections.
+
+A run is described by one YAML file::
+
+    data:      # attnmt.data.DataConfig: corpus, tokenizer, batching
+      dataset: multi30k
+      src_lang: de
+      tgt_lang: en
+    model:     # handed to attnmt.models.build_model, which validates it
+      type: rnn
+      attention: scaled_dot
+    training:  # TrainingConfig below
+      lr: 0.001
+      max_epochs: 20
+    search:    # SearchConfig below: defaults of greedy/beam decoding for this run
+      max_len_a: 1.5
+
+Every section may be left out (its defaults apply; ``model`` defaults to ``{type: rnn}``). An
+unknown key or an invalid value raises ConfigError naming the key, the value and the file.
+``apply_overrides`` applies the command-line options (``--attention``, ``--seed``,
+``--max-epochs``, ``--max-steps``, ``--max-minutes`` and generic ``--set section.key=value``).
+A run folder keeps the resolved config as ``config.yaml``, and every checkpoint stores it as a
+plain dict (``RunConfig.to_dict()``), so a run can be re-created from either.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from attnmt.errors import ConfigError
+
+SECTIONS = ("data", "model", "training", "search")
+LR_SCHEDULES = ("constant", "inverse_sqrt")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
+class TrainingConfig:
+    """How a model is trained (the ``training:`` section).
+
+    seed                     fixes initialisation, dropout and data order (the order of epoch e is a
+                             function of (seed, e) only, which makes an exact resume possible)
+    lr                       Adam learning rate
+    max_epochs               stop after this many passes over the training data
+    max_steps                stop after this many optimizer steps (null = no limit)
+    max_minutes              stop after this much training time, summed over resumes (null = no limit)
+    clip_norm                clip the global gradient norm to this (null = no clipping)
+    lr_schedule              "constant": lr after a linear warm-up over warmup_steps (if any);
+                             "inverse_sqrt": lr · min(step / warmup_steps, sqrt(warmup_steps / step))
+                             (Vaswani et al. 2017; needs warmup_steps >= 1)
+    warmup_steps             steps of warm-up (0 = none)
+    label_smoothing          ε of the training loss; perplexity is always computed without it
+    lr_decay                 decay on plateau (as ReduceLROnPlateau): the lr is multiplied by lr_decay
+                             when the validation loss did not improve for more than lr_patience
+                             epoch-end evaluations (1.0 = never decay); on top of lr_schedule
+    lr_patience              evaluations without improvement before the lr decays
+    min_lr                   the lr never decays below this
+    early_stopping_patience  stop after this many evaluations without a better validation loss
+                             (null = never stop early)
+    log_every                write a ``train`` record to metrics.jsonl every this many steps
+    eval_every               validate every this many epochs (and always after the last one)
+    checkpoint_every         save the last checkpoint every this many steps (and after every epoch)
+    num_threads              torch threads per process (null = cpu_count // world_size)
+    bleu_max_sentences       greedy validation BLEU on the first this many validation sentences
+                             (null = all; 0 = no BLEU during training)
+    examples                 attention heatmaps of this many fixed validation sentences per epoch
+    """
+
+    seed: int = 1
+    lr: float = 1e-3
+    max_epochs: int = 20
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    clip_norm: float | None = 1.0
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    label_smoothing: float = 0.1
+    lr_decay: float = 0.5
+    lr_patience: int = 0
+    min_lr: float = 1e-5
+    early_stopping_patience: int | None = 3
+    log_every: int = 50
+    eval_every: int = 1
+    checkpoint_every: int = 200
+    num_threads: int | None = None
+    bleu_max_sentences: int | None = None
+    examples: int = 3
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid value."""
+        def fail(key: str, wanted: str) -> None:
+            raise ConfigError(f"training.{key}: must be {wanted}, got {getattr(self, key)!r}")
+
+        if not _is_int(self.seed) or self.seed < 0:
+            fail("seed", "an integer >= 0")
+        if not _is_number(self.lr) or self.lr <= 0:
+            fail("lr", "a number > 0")
+        for key in ("max_epochs", "log_every", "eval_every", "checkpoint_every"):
+            if not _is_int(getattr(self, key)) or getattr(self, key) < 1:
+                fail(key, "an integer >= 1")
+        for key in ("max_steps", "num_threads"):
+            value = getattr(self, key)
+            if value is not None and (not _is_int(value) or value < 1):
+                fail(key, "an integer >= 1 or null")
+        if self.max_minutes is not None and (not _is_number(self.max_minutes) or self.max_minutes <= 0):
+            fail("max_minutes", "a number > 0 or null")
+        if self.clip_norm is not None and (not _is_number(self.clip_norm) or self.clip_norm <= 0):
+            fail("clip_norm", "a number > 0 or null")
+        if self.lr_schedule not in LR_SCHEDULES:
+            fail("lr_schedule", f"one of {', '.join(LR_SCHEDULES)}")
+        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+            fail("warmup_steps", "an integer >= 0")
+        if self.lr_schedule == "inverse_sqrt" and self.warmup_steps < 1:
+            fail("warmup_steps", "an integer >= 1 with lr_schedule: inverse_sqrt")
+        if not _is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
+            fail("label_smoothing", "a number in [0, 1)")
+        if not _is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
+            fail("lr_decay", "a number in (0, 1]")
+        if not _is_int(self.lr_patience) or self.lr_patience < 0:
+            fail("lr_patience", "an integer >= 0")
+        if not _is_number(self.min_lr) or self.min_lr < 0:
+            fail("min_lr", "a number >= 0")
+        if self.early_stopping_patience is not None and (
+            not _is_int(self.early_stopping_patience) or self.early_stopping_patience < 1
+        ):
+            fail("early_stopping_patience", "an integer >= 1 or null")
+        if self.bleu_max_sentences is not None and (not _is_int(self.bleu_max_sentences) or self.bleu_max_sentences < 0):
+            fail("bleu_max_sentences", "an integer >= 0 or null")
+        if not _is_int(self.examples) or self.examples < 0:
+            fail("examples", "an integer >= 0")
+        # Integers are fine where floats are meant (YAML reads "1" as an int).
+        for key in ("lr", "label_smoothing", "lr_decay", "min_lr"):
+            setattr(self, key, float(getattr(self, key)))
+        for key in ("max_minutes", "clip_norm"):
+            if getattr(self, key) is not None:
+                setattr(self, key, float(getattr(self, key)))
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "TrainingConfig":
+        return _dataclass_from_dict(cls, values, "training")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SearchConfig:
+    """Defaults of decoding with this run (the ``search:`` section); the CLI may override the beam.
+
+    beam        1 = greedy search
+    alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
+    max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens
+    batch_size  sentences decoded at once
+    """
+
+    beam: int = 1
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        for key in ("beam", "batch_size"):
+            if not _is_int(getattr(self, key)) or getattr(self, key) < 1:
+                raise ConfigError(f"search.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
+        if not _is_int(self.max_len_b) or self.max_len_b < 0:
+            raise ConfigError(f"search.max_len_b: must be an integer >= 0, got {self.max_len_b!r}")
+        for key in ("alpha", "max_len_a"):
+            if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
+                raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
+            setattr(self, key, float(getattr(self, key)))
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "SearchConfig":
+        return _dataclass_from_dict(cls, values, "search")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _dataclass_from_dict(cls, values: dict | None, section: str):
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section}: must be a mapping of keys to values, got {values!r}")
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"{section}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(known)}")
+    try:
+        return cls(**values)
+    except TypeError as error:  # pragma: no cover - keys were checked above
+        raise ConfigError(f"{section}: {error}") from None
+
+
+def check_model_config(model: Any) -> dict[str, Any]:
+    """Validate the ``model:`` section by building the model on the meta device (no memory, no
+    random numbers) and return its normalised dict (defaults filled in, aliases resolved)."""
+    import torch
+
+    from attnmt.models import build_model
+
+    if not isinstance(model, dict):
+        raise ConfigError(f"model: must be a mapping with a 'type', got {model!r}")
+    with torch.device("meta"):
+        built = build_model(dict(model), 8, 8)
+    config = getattr(built, "config", None)
+    return config.to_dict() if hasattr(config, "to_dict") else dict(model)
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run; ``model`` stays a dict (``build_model`` owns its schema)."""
+
+    data: Any  # attnmt.data.DataConfig
+    model: dict[str, Any] = field(default_factory=lambda: {"type": "rnn"})
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+    @classmethod
+    def from_dict(
+        cls, values: dict | None, base_dir: str | Path | None = None, check_model: bool = True
+    ) -> "RunConfig":
+        """Build and validate from a plain dict; relative data paths resolve against ``base_dir``."""
+        from attnmt.data import DataConfig
+
+        values = {} if values is None else values
+        if not isinstance(values, dict):
+            raise ConfigError(f"the config must be a mapping with sections {', '.join(SECTIONS)}, got {values!r}")
+        unknown = sorted(set(values) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown section(s) {', '.join(map(repr, unknown))}; valid sections: {', '.join(SECTIONS)}"
+            )
+        model = values.get("model")
+        model = {"type": "rnn"} if model is None else model
+        if check_model:
+            model = check_model_config(model)
+        return cls(
+            data=DataConfig.from_dict(values.get("data"), base_dir=base_dir),
+            model=copy.deepcopy(model),
+            training=TrainingConfig.from_dict(values.get("training")),
+            search=SearchConfig.from_dict(values.get("search")),
+        )
+
+    def to_dict(self, resolve_paths: bool = True) -> dict[str, Any]:
+        """Plain data (YAML- and checkpoint-ready); data paths made absolute by default."""
+        return {
+            "data": self.data.to_dict(resolve_paths=resolve_paths),
+            "model": copy.deepcopy(self.model),
+            "training": self.training.to_dict(),
+            "search": self.search.to_dict(),
+        }
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    @property
+    def attention(self) -> str | None:
+        return self.model.get("attention")
+
+
+def _yaml_loader():
+    """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return Loader
+
+
+def yaml_load(text: str) -> Any:
+    """Parse YAML text safely (no code), with ``1e-3`` read as a number."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None, set_options: list[str] | None = None) -> RunConfig:
+    """Read a YAML run config; ConfigError (naming the file) when it is missing or invalid.
+
+    overrides: the named command-line options (see ``apply_overrides``).
+    set_options: ``["section.key=value", ...]`` with YAML values, e.g. ``training.lr=5e-4``.
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read the config ({error})") from None
+    try:
+        values = yaml_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+    values = {} if values is None else values
+    try:
+        values = apply_overrides(values, overrides or {}, set_options or [])
+        return RunConfig.from_dict(values, base_dir=path.resolve().parent)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+# command-line option name -> (section, key)
+OVERRIDE_KEYS = {
+    "attention": ("model", "attention"),
+    "seed": ("training", "seed"),
+    "max_epochs": ("training", "max_epochs"),
+    "max_steps": ("training", "max_steps"),
+    "max_minutes": ("training", "max_minutes"),
+}
+
+
+def apply_overrides(values: dict, overrides: dict[str, Any], set_options: list[str] | tuple[str, ...] = ()) -> dict:
+    """A copy of the config dict with command-line overrides applied (None values are skipped).
+
+    overrides: ``{"attention": "dot", "seed": 3, "max_epochs": 1, "max_steps": None, ...}``
+    set_options: ``"section.key=value"`` strings; the value is read as YAML (``1e-3``, ``null``, ``[a, b]``).
+    """
+    import yaml
+
+    if not isinstance(values, dict):
+        raise ConfigError(f"the config must be a mapping with sections {', '.join(SECTIONS)}, got {values!r}")
+    values = copy.deepcopy(values)
+    for name, value in overrides.items():
+        if name not in OVERRIDE_KEYS:
+            raise ValueError(f"apply_overrides: unknown override {name!r}; known: {', '.join(OVERRIDE_KEYS)}")
+        if value is None:
+            continue
+        section, key = OVERRIDE_KEYS[name]
+        _section(values, section)[key] = value
+    for option in set_options:
+        target, sep, raw = option.partition("=")
+        section, dot, key = target.strip().partition(".")
+        if not sep or not dot or not key or section not in SECTIONS:
+            raise ConfigError(
+                f"--set {option!r}: expected SECTION.KEY=VALUE with SECTION one of {', '.join(SECTIONS)}"
+            )
+        try:
+            parsed = yaml_load(raw) if raw.strip() else None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--set {option!r}: the value is not valid YAML ({error})") from None
+        _section(values, section)[key] = parsed
+    return values
+
+
+def _section(values: dict, section: str) -> dict:
+    current = values.get(section)
+    if current is None:
+        current = values[section] = {} if section != "model" else {"type": "rnn"}
+    if not isinstance(current, dict):
+        raise ConfigError(f"{section}: must be a mapping, got {current!r}")
+    return current

@@ -1,0 +1,547 @@
+"""The RNN encoder–decoder of seed 003, with attention from the registry, in three decoder flows.
+
+Read top to bottom: the config, the encoder (eqs. 3–8), the three decoder flows (eqs. 9–12 and
+the Bahdanau / Luong variants of seed 002), then the incremental-decoding interface that search
+uses. Shapes are batch-first: B sentences, S source positions, T target positions, E = embed_dim,
+H = hidden_dim (decoder), H_e = encoder hidden size per direction, D_c = the attention's context
+size (its ``output_dim``; the encoder state size 2·H_e for every mechanism of the registry), V =
+target vocabulary.
+
+Encoder (seed 003, eqs. 3–7), a bidirectional LSTM (or GRU) over the source::
+
+    z_t       = W_e w_t                                          embeddings           [B, S, E]
+    h→_t      = LSTM→(z_t, h→_{t-1}),   h←_t = LSTM←(z_t, h←_{t+1})
+    h̄_t       = [h→_t; h←_t]                                     encoder states       [B, S, 2H_e]
+    h_sent^l  = ReLU(W_b^l [h→_S; h←_1] + b_b^l)                  one per decoder layer [L_d, B, H]
+
+The sources are packed (``pack_padded_sequence``) so padding never enters the recurrences: h→_S is
+the forward state at the *last real* token of each sentence and h←_1 the backward state at the
+first. Decoder layer l is initialised from encoder layer ``max(0, L_e − L_d + l)`` (the top layers
+face each other); an LSTM's memory cell starts at 0 (eq. 8 initialises only h).
+
+Decoder, three flows (``RNNConfig.flow``); b_i = W_d m_i is the embedding of the previous target
+token (BOS at i = 0), Attn is any registry mechanism with keys = values = the encoder states:
+
+``parallel`` (seed 003, eqs. 8–12, the default)::
+
+    h_0 = h_sent;   h_i = LSTM(b_i, h_{i-1});   a_i = Attn(h_i, h̄_1..S)
+    P(m_{i+1} | m_≤i, w) = softmax(W_o [a_i; h_i] + b_o)
+
+  The context never enters the recurrence, so teacher-forced training runs the decoder LSTM over
+  the whole target in one fused call and asks the attention all T queries in one batched
+  ``attend(query [B, T, H])`` — no Python loop over time.
+
+``bahdanau`` (Bahdanau et al. 2015, seed 002): the query is the *previous* state, the context
+is an input of the recurrence::
+
+    c_i = Attn(s_{i-1}, h̄);   s_i = LSTM([b_i; c_i], s_{i-1});   P = softmax(W_o [c_i; s_i] + b_o)
+
+``luong`` (Luong et al. 2015, seed 002, with input feeding)::
+
+    h_i = LSTM([b_i; h̃_{i-1}], h_{i-1});   c_i = Attn(h_i, h̄);   h̃_i = tanh(W_c [c_i; h_i]);
+    P = softmax(W_s h̃_i + b_s),   h̃_0 = 0
+
+  The last two are step loops in training (the context or h̃ of step i feeds step i+1); the keys
+  are prepared once per batch and each step only scores its query. With
+  ``output_embedding: true`` every flow also gives b_i to the output layer (Bahdanau's deep
+  output, without the maxout). With ``tie_embeddings: true`` the output weights are the target
+  embeddings, logits = W_d (W_p x) + b with a projection W_p to E when x is not E-sized.
+
+Dropout (``dropout``) is applied to the embeddings, to the output layer's input and between
+stacked RNN layers. Every step flow shares one step function between ``forward`` and
+``decode_step``, so incremental decoding reproduces teacher forcing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from attnmt.attention.functional import padding_mask
+from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
+from attnmt.errors import ConfigError
+
+__all__ = [
+    "CELLS",
+    "FLOWS",
+    "RNNConfig",
+    "RNNDecoderState",
+    "RNNEncoderOutput",
+    "RNNSeq2Seq",
+    "build",
+]
+
+PAD_ID = 0  # fixed by attnmt.data's tokenizers (pad=0, unk=1, bos=2, eos=3)
+
+CELLS = ("lstm", "gru")
+FLOWS = ("parallel", "bahdanau", "luong")
+
+
+# ================================================================================================
+# Configuration
+# ================================================================================================
+
+
+@dataclass
+class RNNConfig:
+    """Every knob of the RNN translator (the ``model:`` section of a run config, ``type: rnn``).
+
+    embed_dim           E, size of source and target embeddings
+    hidden_dim          H, decoder state size (and the attention's query size)
+    encoder_hidden_dim  H_e, encoder state size per direction; None = hidden_dim // 2, so the
+                        encoder states [h→; h←] have the decoder's size (``dot`` needs that)
+    encoder_layers      L_e, stacked bidirectional layers
+    decoder_layers      L_d, stacked decoder layers
+    dropout             on embeddings, the output layer's input and between stacked layers
+    cell                "lstm" or "gru"
+    attention           a registry name (``attnmt.attention.ATTENTION_TYPES``), aliases allowed
+    attention_options   keyword options of that mechanism, e.g. {"kq_dim": 256} for scaled_dot
+    flow                "parallel" (seed 003), "bahdanau" or "luong" (seed 002)
+    tie_embeddings      output weights = target embeddings (projecting to E first if needed)
+    output_embedding    also feed the previous target embedding b_i to the output layer
+    """
+
+    embed_dim: int = 256
+    hidden_dim: int = 512
+    encoder_hidden_dim: int | None = None
+    encoder_layers: int = 1
+    decoder_layers: int = 1
+    dropout: float = 0.3
+    cell: str = "lstm"
+    attention: str = "scaled_dot"
+    attention_options: dict[str, Any] = field(default_factory=dict)
+    flow: str = "parallel"
+    tie_embeddings: bool = False
+    output_embedding: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- derived sizes ----------------------------------------------------------------------------
+    @property
+    def encoder_state_dim(self) -> int:
+        """Size of an encoder state h̄_t = [h→_t; h←_t]: 2·H_e."""
+        per_direction = self.hidden_dim // 2 if self.encoder_hidden_dim is None else self.encoder_hidden_dim
+        return 2 * per_direction
+
+    # -- (de)serialisation ------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "RNNConfig":
+        """Build from a plain dict (YAML). ``type`` may be present and must then be "rnn".
+
+        Unknown keys and invalid values raise ConfigError naming them.
+        """
+        if not isinstance(values, dict):
+            raise ConfigError(f"model config must be a mapping, got {type(values).__name__}")
+        values = dict(values)
+        model_type = values.pop("type", "rnn")
+        if model_type != "rnn":
+            raise ConfigError(f"model.type is {model_type!r}, but RNNConfig describes type 'rnn'")
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown model option(s) {', '.join(map(repr, unknown))} for type 'rnn'; known: {', '.join(known)}"
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (with ``type: rnn``) that ``from_dict`` and ``build_model`` accept."""
+        values = {"type": "rnn"}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            values[f.name] = dict(value) if isinstance(value, dict) else value
+        return values
+
+    # -- validation -------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid option; normalises names (``sdp`` → ``scaled_dot``)."""
+        for name in ("embed_dim", "hidden_dim", "encoder_layers", "decoder_layers"):
+            _require_positive_int(name, getattr(self, name))
+        if self.encoder_hidden_dim is not None:
+            _require_positive_int("encoder_hidden_dim", self.encoder_hidden_dim)
+        elif self.hidden_dim < 2:
+            raise ConfigError(
+                f"model.hidden_dim={self.hidden_dim} leaves no encoder size (hidden_dim // 2); "
+                "set encoder_hidden_dim"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ConfigError(f"model.dropout must be a number in [0, 1), got {self.dropout!r}")
+        self.dropout = float(self.dropout)
+        self.cell = _require_choice("cell", self.cell, CELLS)
+        self.flow = _require_choice("flow", self.flow, FLOWS)
+        for name in ("tie_embeddings", "output_embedding"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        try:
+            self.attention = canonical_name(self.attention)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"model.attention: {error}") from None
+        if not isinstance(self.attention_options, dict) or not all(isinstance(k, str) for k in self.attention_options):
+            raise ConfigError(
+                f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
+            )
+        # Build the mechanism on the meta device: checks its options and sizes (e.g. dot needs
+        # query size == key size) without allocating memory or drawing random numbers.
+        try:
+            with torch.device("meta"):
+                build_attention(
+                    self.attention, self.hidden_dim, self.encoder_state_dim, self.encoder_state_dim,
+                    **self.attention_options,
+                )
+        except (TypeError, ValueError) as error:
+            raise ConfigError(
+                f"model.attention {self.attention!r} with attention_options {self.attention_options} "
+                f"(hidden_dim={self.hidden_dim}, encoder states of size {self.encoder_state_dim}): {error}"
+            ) from None
+
+
+def _require_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+
+
+def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    key = value.strip().lower() if isinstance(value, str) else value
+    if key not in choices:
+        raise ConfigError(f"model.{name} must be one of {', '.join(choices)}; got {value!r}")
+    return key
+
+
+# ================================================================================================
+# What the encoder hands the decoder, and the decoder's state between steps
+# ================================================================================================
+
+
+@dataclass
+class RNNEncoderOutput:
+    """The encoded source batch.
+
+    states:       [B, S, 2H_e]  h̄_t (zeros at padding)
+    mask:         [B, S]        bool, True = real source token
+    prepared:     the attention's PreparedKeys (keys projected once per batch)
+    sentence:     [L_d, B, H]   h_sent, the decoder's initial state per layer (eq. 7)
+    """
+
+    states: torch.Tensor
+    mask: torch.Tensor
+    prepared: PreparedKeys
+    sentence: torch.Tensor
+
+    def index_select(self, index: torch.Tensor) -> "RNNEncoderOutput":
+        """Sentences ``index`` (beam search repeats each sentence K times and drops finished ones)."""
+        return RNNEncoderOutput(
+            states=self.states.index_select(0, index),
+            mask=self.mask.index_select(0, index),
+            prepared=self.prepared.index_select(index),
+            sentence=self.sentence.index_select(1, index),
+        )
+
+
+@dataclass
+class RNNDecoderState:
+    """The decoder between two steps, for N rows (sentences × beams).
+
+    hidden:  [L_d, N, H]  h_i of every layer
+    cell:    [L_d, N, H]  the LSTM memory c_i (None for a GRU)
+    feed:    [N, H]       h̃_i, fed into the next step (``luong`` flow only, else None)
+    """
+
+    hidden: torch.Tensor
+    cell: torch.Tensor | None = None
+    feed: torch.Tensor | None = None
+
+    @property
+    def rnn_state(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """What nn.LSTM / nn.GRU take as ``hx``."""
+        return self.hidden if self.cell is None else (self.hidden, self.cell)
+
+    def index_select(self, index: torch.Tensor) -> "RNNDecoderState":
+        """Rows ``index`` (beam search reorders hypotheses with it)."""
+        return replace(
+            self,
+            hidden=self.hidden.index_select(1, index),
+            cell=None if self.cell is None else self.cell.index_select(1, index),
+            feed=None if self.feed is None else self.feed.index_select(0, index),
+        )
+
+
+# ================================================================================================
+# The model
+# ================================================================================================
+
+
+class RNNSeq2Seq(nn.Module):
+    """Bidirectional RNN encoder, attention, RNN decoder (see the module docstring for the equations).
+
+    Interface (MODEL_API.md)::
+
+        logits, attention = model(src [B, S], src_mask [B, S], tgt_in [B, T], return_attention)
+            logits [B, T, V]; attention [B, T, S] (True), [B, h, T, S] per head ("heads"), or None
+        encoded = model.encode(src, src_mask)                      -> RNNEncoderOutput
+        state = model.init_decoder_state(encoded)                  -> RNNDecoderState
+        log_probs, weights, state = model.decode_step(prev_tokens [N], state, encoded, step)
+            log_probs [N, V], weights [N, S]
+
+    ``attention_heads`` is the number of heads of the mechanism (1 except for ``multihead``);
+    ``forward(..., return_attention="heads")`` gives their weights one by one.
+    """
+
+    model_type = "rnn"
+
+    def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__()
+        if not isinstance(config, RNNConfig):
+            raise TypeError(f"config must be an RNNConfig, got {type(config).__name__}")
+        for name, size in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
+            if isinstance(size, bool) or not isinstance(size, int) or size <= PAD_ID:
+                raise ValueError(f"{name} must be a positive integer, got {size!r}")
+        self.config = config
+        self.src_vocab_size = src_vocab_size
+        self.tgt_vocab_size = tgt_vocab_size
+        E, H, D_enc = config.embed_dim, config.hidden_dim, config.encoder_state_dim
+        rnn_class = nn.LSTM if config.cell == "lstm" else nn.GRU
+
+        # Encoder (eqs. 3–7).
+        self.src_embedding = nn.Embedding(src_vocab_size, E, padding_idx=PAD_ID)
+        self.encoder_rnn = rnn_class(
+            E, D_enc // 2, num_layers=config.encoder_layers, batch_first=True, bidirectional=True,
+            dropout=config.dropout if config.encoder_layers > 1 else 0.0,
+        )
+        self.bridge = nn.ModuleList(nn.Linear(D_enc, H) for _ in range(config.decoder_layers))
+
+        # Attention over the encoder states: query h (size H), keys = values = h̄ (size 2H_e).
+        self.attention = build_attention(config.attention, H, D_enc, D_enc, **config.attention_options)
+        self.attention_heads = self.attention.num_heads
+        D_c = self.attention.output_dim
+
+        # Decoder (eqs. 9–10, or the Bahdanau / Luong recurrences).
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, E, padding_idx=PAD_ID)
+        extra_input = {"parallel": 0, "bahdanau": D_c, "luong": H}[config.flow]
+        self.decoder_rnn = rnn_class(
+            E + extra_input, H, num_layers=config.decoder_layers, batch_first=True,
+            dropout=config.dropout if config.decoder_layers > 1 else 0.0,
+        )
+        if config.flow == "luong":
+            self.attentional = nn.Linear(D_c + H, H, bias=False)  # W_c
+            output_input = H
+        else:
+            output_input = D_c + H
+        if config.output_embedding:
+            output_input += E
+
+        # Output layer (eq. 12): W_o x + b_o, or W_d (W_p x) + b with tied embeddings.
+        if config.tie_embeddings:
+            self.output_projection = nn.Linear(output_input, E, bias=False) if output_input != E else nn.Identity()
+            self.output_bias = nn.Parameter(torch.zeros(tgt_vocab_size))
+        else:
+            self.output = nn.Linear(output_input, tgt_vocab_size)
+        self.dropout = nn.Dropout(config.dropout)
+
+        for embedding in (self.src_embedding, self.tgt_embedding):
+            # Small embeddings: with tied output weights N(0, 1) rows would give huge first logits.
+            nn.init.uniform_(embedding.weight, -0.1, 0.1)
+            with torch.no_grad():
+                embedding.weight[PAD_ID].zero_()
+
+    # --------------------------------------------------------------------------------------------
+    # Encoder
+    # --------------------------------------------------------------------------------------------
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> RNNEncoderOutput:
+        """src [B, S] long, src_mask [B, S] bool (right-padded) -> RNNEncoderOutput (eqs. 3–7)."""
+        lengths = _check_source(src, src_mask)
+        B, S = src.shape
+        embedded = self.dropout(self.src_embedding(src))  # z: [B, S, E]
+        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed_states, final = self.encoder_rnn(packed)
+        states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=S)  # h̄: [B, S, 2H_e]
+
+        final_hidden = final[0] if isinstance(final, tuple) else final  # [L_e·2, B, H_e]
+        final_hidden = final_hidden.view(self.config.encoder_layers, 2, B, -1)
+        # [h→_S; h←_1] per encoder layer: the forward state at the last real token and the
+        # backward state at the first (packing makes both ignore the padding).
+        summaries = torch.cat([final_hidden[:, 0], final_hidden[:, 1]], dim=-1)  # [L_e, B, 2H_e]
+        L_e, L_d = self.config.encoder_layers, self.config.decoder_layers
+        sentence = torch.stack(
+            [torch.relu(bridge(summaries[max(0, L_e - L_d + layer)])) for layer, bridge in enumerate(self.bridge)]
+        )  # h_sent: [L_d, B, H]
+        prepared = self.attention.prepare(states, states, src_mask)
+        return RNNEncoderOutput(states=states, mask=src_mask, prepared=prepared, sentence=sentence)
+
+    def init_decoder_state(self, encoded: RNNEncoderOutput) -> RNNDecoderState:
+        """h_0 = h_sent (eq. 8); c_0 = 0 for an LSTM; h̃_0 = 0 for the ``luong`` flow."""
+        hidden = encoded.sentence
+        cell = torch.zeros_like(hidden) if self.config.cell == "lstm" else None
+        feed = hidden.new_zeros(hidden.shape[1:]) if self.config.flow == "luong" else None
+        return RNNDecoderState(hidden=hidden, cell=cell, feed=feed)
+
+    # --------------------------------------------------------------------------------------------
+    # Teacher-forced decoding (training, perplexity)
+    # --------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_in: torch.Tensor,
+        return_attention: bool | str = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing: src [B, S], src_mask [B, S], tgt_in [B, T] (BOS + tokens).
+
+        Returns ``(logits [B, T, V], attention)`` with attention [B, T, S] when
+        ``return_attention`` is True, [B, h, T, S] (one map per head, h = ``attention_heads``)
+        when it is "heads", None when False.
+        """
+        if return_attention not in (False, True, "heads"):
+            raise ValueError(f"return_attention must be False, True or 'heads', got {return_attention!r}")
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(f"tgt_in must be [B, T] with B={src.shape[0]}, got {tuple(tgt_in.shape)}")
+        encoded = self.encode(src, src_mask)
+        state = self.init_decoder_state(encoded)
+        embedded = self.dropout(self.tgt_embedding(tgt_in))  # b: [B, T, E]
+        heads = return_attention == "heads"
+        if self.config.flow == "parallel":
+            features, weights = self._parallel_decoder(embedded, state, encoded.prepared, heads)
+        else:
+            features, weights = self._step_loop_decoder(embedded, state, encoded.prepared, heads)
+        logits = self._logits(features)
+        return logits, (weights if return_attention else None)
+
+    def _parallel_decoder(self, embedded, state, prepared, heads):
+        """All T steps at once (eqs. 10–11): one RNN call, one batched attention.
+
+        embedded [B, T, E] -> features [B, T, D_c + H (+E)], weights [B, T, S] or [B, h, T, S].
+        """
+        outputs, _ = self.decoder_rnn(embedded, state.rnn_state)  # h_1..T: [B, T, H]
+        context, weights = self._attend(outputs, prepared, None, heads)  # a: [B, T, D_c]
+        return self._features([context, outputs], embedded), weights
+
+    def _step_loop_decoder(self, embedded, state, prepared, heads):
+        """The ``bahdanau`` and ``luong`` flows: one ``_step`` per target position.
+
+        The output layer, the expensive part, still runs once over all steps afterwards.
+        """
+        features, weights = [], []
+        for step in range(embedded.shape[1]):
+            step_features, step_weights, state = self._step(embedded[:, step], state, prepared, step, heads)
+            features.append(step_features)
+            weights.append(step_weights)
+        return torch.stack(features, dim=1), torch.stack(weights, dim=-2)
+
+    # --------------------------------------------------------------------------------------------
+    # One decoder step (shared by the step loops and by incremental decoding)
+    # --------------------------------------------------------------------------------------------
+
+    def _step(self, embedded, state: RNNDecoderState, prepared: PreparedKeys, step: int, heads: bool = False):
+        """embedded b_i [N, E] -> (features [N, F], weights [N, S] or [N, h, S], new state)."""
+        flow = self.config.flow
+        if flow == "bahdanau":
+            context, weights = self._attend(state.hidden[-1], prepared, step, heads)  # query s_{i-1}
+            hidden, state = self._rnn_step(torch.cat([embedded, context], -1), state)
+            return self._features([context, hidden], embedded), weights, state
+        if flow == "luong":
+            hidden, state = self._rnn_step(torch.cat([embedded, state.feed], -1), state)
+            context, weights = self._attend(hidden, prepared, step, heads)
+            attentional = torch.tanh(self.attentional(torch.cat([context, hidden], -1)))  # h̃_i
+            return self._features([attentional], embedded), weights, replace(state, feed=attentional)
+        hidden, state = self._rnn_step(embedded, state)  # parallel
+        context, weights = self._attend(hidden, prepared, step, heads)
+        return self._features([context, hidden], embedded), weights, state
+
+    def _rnn_step(self, inputs: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
+        """One time step of the stacked decoder RNN, with ``decoder_rnn``'s own weights.
+
+        inputs [N, in] -> (top layer's h_i [N, H], new state). Per layer ``torch.lstm_cell``
+        (i, f, g, o = σ, σ, tanh, σ of W_ih x + b_ih + W_hh h + b_hh; c' = f·c + i·g;
+        h' = o·tanh(c')) or ``torch.gru_cell``: the equations of nn.LSTM / nn.GRU, without the
+        per-call set-up that makes a length-1 nn.LSTM call several times slower on CPU.
+        Dropout between layers as in nn.LSTM.
+        """
+        rnn = self.decoder_rnn
+        hiddens, cells = [], []
+        for layer in range(rnn.num_layers):
+            if layer > 0 and rnn.dropout > 0:
+                inputs = F.dropout(inputs, rnn.dropout, self.training)
+            weights = (
+                getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}"),
+                getattr(rnn, f"bias_ih_l{layer}"), getattr(rnn, f"bias_hh_l{layer}"),
+            )
+            if state.cell is None:
+                inputs = torch.gru_cell(inputs, state.hidden[layer], *weights)
+            else:
+                inputs, cell = torch.lstm_cell(inputs, (state.hidden[layer], state.cell[layer]), *weights)
+                cells.append(cell)
+            hiddens.append(inputs)
+        new_state = RNNDecoderState(
+            hidden=torch.stack(hiddens), cell=torch.stack(cells) if cells else None, feed=state.feed
+        )
+        return inputs, new_state
+
+    def _attend(self, query, prepared, step, heads: bool):
+        """The mechanism's (context, weights); per-head weights [.., h, (T,) S] when ``heads``."""
+        if heads:
+            if hasattr(self.attention, "attend_heads"):
+                return self.attention.attend_heads(query, prepared, step)
+            context, weights = self.attention.attend(query, prepared, step)
+            return context, weights.unsqueeze(1)
+        return self.attention.attend(query, prepared, step)
+
+    def _features(self, parts: list[torch.Tensor], embedded: torch.Tensor) -> torch.Tensor:
+        """The output layer's input: [a; h] (or [h̃]), followed by b_i with ``output_embedding``."""
+        if self.config.output_embedding:
+            parts = [*parts, embedded]
+        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+
+    def _logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Eq. 12 before the softmax: [..., F] -> [..., V]."""
+        features = self.dropout(features)
+        if self.config.tie_embeddings:
+            return F.linear(self.output_projection(features), self.tgt_embedding.weight, self.output_bias)
+        return self.output(features)
+
+    # --------------------------------------------------------------------------------------------
+    # Incremental decoding (search)
+    # --------------------------------------------------------------------------------------------
+
+    def decode_step(
+        self, prev_tokens: torch.Tensor, state: RNNDecoderState, encoded: RNNEncoderOutput, step: int
+    ) -> tuple[torch.Tensor, torch.Tensor, RNNDecoderState]:
+        """One output token for N rows: prev_tokens [N] (BOS at step 0) ->
+        (log_probs [N, V], attention weights [N, S], new state). Same numbers as ``forward``."""
+        if prev_tokens.dim() != 1 or prev_tokens.shape[0] != state.hidden.shape[1]:
+            raise ValueError(
+                f"prev_tokens must be [N] with N={state.hidden.shape[1]} (the state's rows), "
+                f"got {tuple(prev_tokens.shape)}"
+            )
+        embedded = self.dropout(self.tgt_embedding(prev_tokens))  # [N, E]
+        features, weights, state = self._step(embedded, state, encoded.prepared, step)
+        return F.log_softmax(self._logits(features), dim=-1), weights, state
+
+
+def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    """Validate src [B, S] / src_mask [B, S] (bool, right-padded, ≥ 1 real token); returns lengths [B]."""
+    if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.dtype != torch.long:
+        raise TypeError(f"src must be a [B, S] long tensor, got {getattr(src, 'dtype', type(src).__name__)} "
+                        f"{tuple(getattr(src, 'shape', ()))}")
+    if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool or src_mask.shape != src.shape:
+        raise ValueError(
+            f"src_mask must be a bool tensor of src's shape {tuple(src.shape)}, got "
+            f"{getattr(src_mask, 'dtype', type(src_mask).__name__)} {tuple(getattr(src_mask, 'shape', ()))}"
+        )
+    lengths = src_mask.sum(dim=1)
+    if src.shape[0] and int(lengths.min()) < 1:
+        raise ValueError(f"every source sentence needs at least one real token; lengths {lengths.tolist()}")
+    if not torch.equal(src_mask, padding_mask(lengths, src.shape[1])):
+        raise ValueError("src_mask must be right-padded: True for the first src_lengths positions of a row, then False")
+    return lengths
+
+
+def build(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2Seq:
+    """``build_model`` entry point for ``type: rnn``."""
+    return RNNSeq2Seq(RNNConfig.from_dict(model_config), src_vocab_size, tgt_vocab_size)

@@ -1,0 +1,281 @@
+"""Greedy and batched beam search over any model with the incremental-decoding interface.
+
+The model needs (MODEL_API.md)::
+
+    encoded = model.encode(src [B, S], src_mask [B, S])           # .index_select(index) -> same type
+    state = model.init_decoder_state(encoded)                     # .index_select(index) -> same type
+    log_probs [N, V], attention [N, S], state = model.decode_step(prev_tokens [N], state, encoded, step)
+
+Beam search keeps every sentence and every beam in one tensor: N = B·K rows go through one
+``decode_step`` per output position. A step scores all K·V continuations of each sentence, keeps
+the 2K best, sets aside those ending in EOS among the top K as finished hypotheses, and continues
+the K best that do not. A sentence stops when it has K finished hypotheses or reaches its maximum
+length; its rows then leave the batch, so the tensors shrink as sentences finish.
+
+Scores are sums of the model's log-probabilities (accumulated in float64). Finished hypotheses
+are ranked by the GNMT length normalisation (Wu et al. 2016)::
+
+    normalized_score = score / lp(Y),    lp(Y) = ((5 + |Y|) / 6)^α
+
+with |Y| the number of predicted tokens including EOS; α = 0 ranks by the raw score. A sentence of
+source length |x| (its real tokens, the EOS the batcher appends included) gets at most
+⌊max_len_a·|x| + max_len_b⌋ tokens before EOS; at that step EOS is the only choice. PAD and BOS
+are never produced.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import count
+
+import numpy as np
+import torch
+
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+
+# Fixed by attnmt.data's tokenizers and MODEL_API.md.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclass
+class Hypothesis:
+    """One output sentence.
+
+    tokens:           the predicted ids, without BOS and EOS
+    score:            Σ log P of every predicted token, EOS included
+    normalized_score: score / ((5 + len(tokens) + 1) / 6)^α
+    attention:        [len(tokens) + 1, S_real] float32 (the last row is the step that produced
+                      EOS; columns are the real source positions), or None when not asked for
+    """
+
+    tokens: list[int]
+    score: float
+    normalized_score: float
+    attention: np.ndarray | None = None
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@contextmanager
+def _inference(model):
+    """Evaluation mode (no dropout) and no autograd, restoring the model's mode afterwards."""
+    was_training = bool(getattr(model, "training", False))
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training and hasattr(model, "train"):
+            model.train(True)
+
+
+def _check_arguments(src, src_mask, max_len_a, max_len_b, alpha) -> torch.Tensor:
+    """Validate the common arguments; returns the source lengths [B]."""
+    if not isinstance(src, torch.Tensor) or src.dim() != 2:
+        raise ValueError(f"src must be a [B, S] tensor, got {tuple(getattr(src, 'shape', ()))}")
+    if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool or src_mask.shape != src.shape:
+        raise ValueError(f"src_mask must be a bool tensor of src's shape {tuple(src.shape)}")
+    if max_len_a < 0 or max_len_b < 0:
+        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a}, {max_len_b}")
+    if alpha < 0:
+        raise ValueError(f"alpha (length penalty exponent) must be >= 0, got {alpha}")
+    return src_mask.sum(dim=1)
+
+
+def _max_lengths(src_lengths: torch.Tensor, max_len_a: float, max_len_b: float) -> list[int]:
+    """⌊a·|x| + b⌋ tokens (EOS excluded) per sentence."""
+    return [int(max_len_a * length + max_len_b) for length in src_lengths.tolist()]
+
+
+def _restrict(log_probs: torch.Tensor, force_eos: torch.Tensor | None) -> torch.Tensor:
+    """Forbid PAD and BOS; rows where ``force_eos`` is True may only produce EOS (in place)."""
+    log_probs[:, PAD_ID] = float("-inf")
+    log_probs[:, BOS_ID] = float("-inf")
+    if force_eos is not None and bool(force_eos.any()):
+        eos = log_probs[:, EOS_ID].clone()
+        log_probs[force_eos] = float("-inf")
+        log_probs[:, EOS_ID] = eos
+    return log_probs
+
+
+def _hypothesis(tokens, score, alpha, attention_rows, source_length) -> Hypothesis:
+    attention = None
+    if attention_rows is not None:
+        attention = attention_rows[:, :source_length].float().cpu().numpy()
+    return Hypothesis(
+        tokens=list(tokens),
+        score=float(score),
+        normalized_score=float(score) / length_penalty(len(tokens) + 1, alpha),
+        attention=attention,
+    )
+
+
+# ================================================================================================
+# Greedy search
+# ================================================================================================
+
+
+def greedy_search(
+    model,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+    return_attention: bool = True,
+    alpha: float = 0.6,
+) -> list[Hypothesis]:
+    """The most probable next token at every step, for all B sentences at once.
+
+    src [B, S], src_mask [B, S] -> B hypotheses in input order. ``alpha`` only sets
+    ``normalized_score`` (comparable with beam search's).
+    """
+    src_lengths = _check_arguments(src, src_mask, max_len_a, max_len_b, alpha)
+    batch = src.shape[0]
+    max_lengths = _max_lengths(src_lengths, max_len_a, max_len_b)
+    limit = torch.tensor(max_lengths, device=src.device)
+    with _inference(model):
+        encoded = model.encode(src, src_mask)
+        state = model.init_decoder_state(encoded)
+        prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=src.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        scores = torch.zeros(batch, dtype=torch.float64, device=src.device)
+        tokens, attention = [], []
+        for step in range(max(max_lengths, default=0) + 1):
+            log_probs, weights, state = model.decode_step(prev, state, encoded, step)
+            log_probs = _restrict(log_probs, limit <= step)
+            best_scores, best = log_probs.max(dim=-1)
+            best = best.masked_fill(finished, PAD_ID)
+            scores += best_scores.double().masked_fill(finished, 0.0)
+            tokens.append(best)
+            if return_attention:
+                attention.append(weights)
+            finished |= best == EOS_ID
+            if bool(finished.all()):
+                break
+            prev = best
+        tokens = torch.stack(tokens, dim=1).tolist()
+        attention = torch.stack(attention, dim=1) if return_attention else None
+        hypotheses = []
+        for b in range(batch):
+            length = tokens[b].index(EOS_ID)
+            hypotheses.append(
+                _hypothesis(
+                    tokens[b][:length], scores[b], alpha,
+                    attention[b, : length + 1] if return_attention else None, int(src_lengths[b]),
+                )
+            )
+    return hypotheses
+
+
+# ================================================================================================
+# Beam search
+# ================================================================================================
+
+
+def beam_search(
+    model,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+    n_best: int = 1,
+    return_attention: bool = True,
+) -> list[list[Hypothesis]]:
+    """Batched beam search: src [B, S], src_mask [B, S] -> for each sentence, its ``n_best`` best
+    hypotheses by normalized score (best first). ``beam_size`` 1 gives greedy search's output."""
+    src_lengths = _check_arguments(src, src_mask, max_len_a, max_len_b, alpha)
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+    if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be an integer in [1, beam_size={beam_size}], got {n_best!r}")
+    K = beam_size
+    batch = src.shape[0]
+    device = src.device
+    source_lengths = src_lengths.tolist()
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    if batch == 0:
+        return []
+
+    with _inference(model):
+        encoded = model.encode(src, src_mask)
+        encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(K))
+        state = model.init_decoder_state(encoded)
+
+        # The active sentences (original indices), their length limits, and K beams for each.
+        sentence_ids = list(range(batch))
+        limits = _max_lengths(src_lengths, max_len_a, max_len_b)
+        scores = torch.full((batch, K), float("-inf"), dtype=torch.float64, device=device)
+        scores[:, 0] = 0.0  # all beams start identical: expand only the first
+        tokens = torch.empty(batch * K, 0, dtype=torch.long, device=device)  # [N, t]
+        attention = None  # [N, t, S] once the first step has run
+        prev = torch.full((batch * K,), BOS_ID, dtype=torch.long, device=device)
+        positions = torch.arange(2 * K, device=device)
+        row_offsets = torch.arange(batch, device=device).unsqueeze(1) * K  # first row of each sentence
+
+        for step in count():
+            active = len(sentence_ids)
+            log_probs, weights, state = model.decode_step(prev, state, encoded, step)
+            vocab = log_probs.shape[-1]
+            force_eos = None
+            if step >= min(limits):
+                force_eos = torch.tensor([limit <= step for limit in limits], device=device).repeat_interleave(K)
+            log_probs = _restrict(log_probs, force_eos)
+
+            # The 2K best continuations of each sentence, over its K beams × V tokens.
+            candidates = (scores.unsqueeze(-1) + log_probs.view(active, K, vocab)).view(active, K * vocab)
+            cand_scores, cand_index = candidates.topk(min(2 * K, K * vocab), dim=1)
+            cand_rows = cand_index // vocab + row_offsets  # the row in N each candidate extends
+            cand_tokens = cand_index % vocab
+            cand_eos = cand_tokens == EOS_ID
+            if return_attention:
+                step_attention = weights.unsqueeze(1)
+                attention = step_attention if attention is None else torch.cat([attention, step_attention], dim=1)
+
+            # EOS among the top K (and reachable) ends a hypothesis.
+            ending = cand_eos[:, :K] & (cand_scores[:, :K] > float("-inf"))
+            if bool(ending.any()):
+                for i, j in ending.nonzero().tolist():
+                    sentence = sentence_ids[i]
+                    if len(finished[sentence]) >= K:
+                        continue
+                    row = int(cand_rows[i, j])
+                    finished[sentence].append(
+                        _hypothesis(
+                            tokens[row].tolist(), cand_scores[i, j], alpha,
+                            attention[row] if return_attention else None, source_lengths[sentence],
+                        )
+                    )
+            done = [len(finished[s]) >= K or limit <= step for s, limit in zip(sentence_ids, limits)]
+            if all(done):
+                break
+
+            # The K best candidates that do not end continue (EOS ones are pushed to the back).
+            order = (positions[: cand_scores.shape[1]] + cand_eos * (2 * K)).topk(K, dim=1, largest=False).indices
+            rows = cand_rows.gather(1, order)
+            next_tokens = cand_tokens.gather(1, order)
+            scores = cand_scores.gather(1, order)
+            if any(done):
+                kept = [i for i, is_done in enumerate(done) if not is_done]
+                keep = torch.tensor(kept, device=device)
+                rows, next_tokens, scores = rows[keep], next_tokens[keep], scores[keep]
+                sentence_ids = [sentence_ids[i] for i in kept]
+                limits = [limits[i] for i in kept]
+                row_offsets = row_offsets[: len(kept)]
+            rows = rows.reshape(-1)
+            if len(sentence_ids) != active:
+                # Rows of one sentence share its encoding, so ``rows`` selects the kept sentences.
+                encoded = encoded.index_select(rows)
+            state = state.index_select(rows)
+            tokens = torch.cat([tokens[rows], next_tokens.reshape(-1, 1)], dim=1)
+            if return_attention:
+                attention = attention[rows]
+            prev = next_tokens.reshape(-1)
+
+    return [sorted(hyps, key=lambda h: -h.normalized_score)[:n_best] for hyps in finished]

@@ -1,0 +1,176 @@
+"""Decoding speed: batched beam search against one sentence at a time.
+
+Question: how much faster is ``attnmt.search.beam_search`` on many sentences at once (all
+sentences × all beams in one tensor per step) than the same search run sentence by sentence, and
+does it find exactly the same translations? Beam size 5 by default; batches of B = 1, 5, 10, 20,
+50 sentences, made by ``attnmt.data.batches_for_inference`` (longest first, as the translator does).
+The baseline, measured in the same run, calls ``beam_search`` on each sentence alone, unpadded.
+Every batched output is checked against it: same tokens, scores within 1e-4.
+
+Two modes:
+
+    python benchmarks/decoding.py --run runs/sdp          # a trained run (Translator.load), real sentences
+    python benchmarks/decoding.py                         # no run: randomly initialised models
+
+With ``--run`` the sentences are the first ``--sentences`` lines of ``--source`` (default: the
+run's source language of Multi30k test_2016_flickr in ../shared/data). Without a run, the model is
+randomly initialised at two sizes — ``realistic`` (vocabulary 8000, embeddings 256, hidden 512,
+scaled dot-product; a Multi30k-sized translator) and ``small`` (vocabulary 1000, embeddings 64,
+hidden 128) — over random source ids of Multi30k-like lengths (8 to 24 tokens + EOS). A random
+model rarely ends a sentence, so its outputs run to the length limit (1.5·|x| + 10): longer than
+real translations, the same for both methods. Writes benchmarks/results/decoding.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from attnmt.data import batches_for_inference
+from attnmt.models import build_model, count_parameters
+from attnmt.search import beam_search
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "decoding.json"
+EOS = 3
+SIZES = {
+    "realistic": dict(vocab=8000, embed_dim=256, hidden_dim=512),
+    "small": dict(vocab=1000, embed_dim=64, hidden_dim=128),
+}
+
+
+def random_setup(size: str, sentences: int, seed: int = 0):
+    """A randomly initialised parallel-flow RNN and random source ids (without EOS)."""
+    torch.manual_seed(seed)
+    sizes = SIZES[size]
+    model = build_model(dict(type="rnn", embed_dim=sizes["embed_dim"], hidden_dim=sizes["hidden_dim"],
+                             attention="scaled_dot"), sizes["vocab"], sizes["vocab"])
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(8, 25, (sentences,), generator=generator).tolist()
+    ids = [torch.randint(4, sizes["vocab"], (n,), generator=generator).tolist() for n in lengths]
+    description = (f"random init ({size}: vocab {sizes['vocab']}, embed {sizes['embed_dim']}, "
+                   f"hidden {sizes['hidden_dim']}, scaled_dot, parallel flow), random source ids")
+    return model, ids, description
+
+
+def run_setup(run: str, source: str | None, sentences: int):
+    """The run's model and the first ``sentences`` source sentences, as ids."""
+    from attnmt.data.corpus import read_lines
+    from attnmt.translator import Translator
+
+    translator = Translator.load(run)
+    if source is None:
+        lang = translator.config.get("data", {}).get("src_lang", "de")
+        source = str(ROOT.parent / "shared" / "data" / "multi30k" / f"test_2016_flickr.{lang}.gz")
+    lines = [line for line in read_lines(source) if line.strip()][:sentences]
+    ids = translator.tokenizers.src.encode_many(lines)
+    config = translator.config.get("model", {})
+    description = f"trained run {run} ({config.get('type')}, {config.get('attention')}), {len(ids)} lines of {source}"
+    return translator.model, ids, description
+
+
+def decode_one_at_a_time(model, ids, beam, max_len_a, max_len_b):
+    outputs = []
+    for sentence in ids:
+        src = torch.tensor([list(sentence) + [EOS]])
+        mask = torch.ones_like(src, dtype=torch.bool)
+        outputs.append(beam_search(model, src, mask, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b,
+                                   return_attention=True)[0][0])
+    return outputs
+
+
+def decode_batched(model, ids, beam, batch_size, max_len_a, max_len_b):
+    outputs = [None] * len(ids)
+    for batch in batches_for_inference(ids, batch_size=batch_size):
+        found = beam_search(model, batch.src, batch.src_mask, beam_size=beam, max_len_a=max_len_a,
+                            max_len_b=max_len_b, return_attention=True)
+        for index, n_best in zip(batch.indices, found):
+            outputs[index] = n_best[0]
+    return outputs
+
+
+def mismatches(found, expected, tolerance=1e-4) -> int:
+    return sum(f.tokens != e.tokens or abs(f.score - e.score) > tolerance for f, e in zip(found, expected))
+
+
+def measure(model, ids, beam, batch_sizes, max_len_a, max_len_b):
+    model.eval()
+    decode_batched(model, ids[:2], beam, 2, max_len_a, max_len_b)  # warm-up
+    start = time.perf_counter()
+    reference = decode_one_at_a_time(model, ids, beam, max_len_a, max_len_b)
+    baseline = time.perf_counter() - start
+    rows = [dict(method="one sentence at a time", batch_size=None, seconds=baseline,
+                 sentences_per_second=len(ids) / baseline, speedup=1.0, mismatches=0)]
+    for batch_size in batch_sizes:
+        start = time.perf_counter()
+        found = decode_batched(model, ids, beam, batch_size, max_len_a, max_len_b)
+        seconds = time.perf_counter() - start
+        rows.append(dict(method=f"batched, B={batch_size}", batch_size=batch_size, seconds=seconds,
+                         sentences_per_second=len(ids) / seconds, speedup=baseline / seconds,
+                         mismatches=mismatches(found, reference)))
+    output_tokens = sum(len(h.tokens) + 1 for h in reference)
+    return rows, output_tokens
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+    os.replace(handle.name, path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", help="a trained run folder (or checkpoint file); default: random models")
+    parser.add_argument("--source", help="source sentences (plain or .gz) for --run")
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["realistic", "small"],
+                        help="random model sizes (without --run)")
+    parser.add_argument("--sentences", type=int, default=100)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 5, 10, 20, 50])
+    parser.add_argument("--max-len-a", type=float, default=1.5)
+    parser.add_argument("--max-len-b", type=float, default=10)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    setups = ([run_setup(args.run, args.source, args.sentences)] if args.run
+              else [random_setup(size, args.sentences) for size in args.sizes])
+    report = []
+    for model, ids, description in setups:
+        rows, output_tokens = measure(model, ids, args.beam, args.batch_sizes, args.max_len_a, args.max_len_b)
+        print(f"\n{description}; {count_parameters(model):,} parameters")
+        print(f"{len(ids)} sentences, beam {args.beam}, {output_tokens} output tokens (one-at-a-time reference), "
+              f"torch {torch.__version__}, {args.threads} threads")
+        print(f"{'method':<24} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'differ':>7}")
+        for row in rows:
+            print(f"{row['method']:<24} {row['seconds']:>8.2f} {row['sentences_per_second']:>8.2f} "
+                  f"{row['speedup']:>8.2f}x {row['mismatches']:>7}")
+        report.append(dict(model=description, parameters=count_parameters(model), sentences=len(ids),
+                           output_tokens=output_tokens, results=rows))
+
+    write_json_atomic(args.output, dict(
+        benchmark="decoding",
+        mode="run" if args.run else "random",
+        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, sentences=args.sentences,
+                    max_len_a=args.max_len_a, max_len_b=args.max_len_b, threads=args.threads),
+        environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
+                         cpus=os.cpu_count(), load_average=os.getloadavg()),
+        setups=report,
+    ))
+    print(f"\nwrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

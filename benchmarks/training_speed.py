@@ -1,0 +1,192 @@
+"""Training speed of the RNN translator: the ``parallel`` flow against a step-by-step loop.
+
+Question: how much does the parallel decoder flow (one fused RNN call over the whole target, one
+batched attention, one output-layer matmul) gain over computing the same model one target
+position at a time? The baseline is the *same* parallel-flow model, same weights, same batch,
+trained through ``decode_step`` once per position (teacher forcing, forward + backward) — what a
+straightforward seq2seq implementation does. The ``bahdanau`` and ``luong`` flows, whose context
+feeds the recurrence and so must loop over time, are measured at the same sizes for reference.
+
+A Multi30k-like batch by default: B = 64 sentences, source and target lengths around 20 (random
+between 16 and 24, padded), vocabulary 8000, embeddings 256, hidden 512, scaled dot-product
+attention. Most of the time goes to the output layer, [B·T, 2H] × [2H, V], the same work in
+both methods; two variants show what remains: tied embeddings (the output goes through a
+2H → E projection) and CPU bfloat16 autocast (a trainer option, not a model one). Each variant
+is compared with the step loop of the same model in the same arithmetic. Every method runs
+forward + cross-entropy + backward; the methods take turns (round-robin) and the median time per
+batch is kept, so a neighbour's load hits all of them alike.
+
+    python benchmarks/training_speed.py                  # full run, writes benchmarks/results/training_speed.json
+    python benchmarks/training_speed.py --quick          # tiny sizes, a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnmt.attention.functional import padding_mask
+from attnmt.models import build_model, count_parameters
+
+RESULTS = Path(__file__).resolve().parent / "results" / "training_speed.json"
+PAD, BOS, EOS = 0, 2, 3
+
+
+def make_batch(batch: int, length: int, vocab: int, generator: torch.Generator):
+    """Random right-padded batch: src [B, S] (+EOS), tgt_in [B, T] (BOS+), tgt_out [B, T] (+EOS)."""
+    spread = max(1, length // 5)
+    src_lengths = torch.randint(length - spread, length + spread + 1, (batch,), generator=generator)
+    tgt_lengths = torch.randint(length - spread, length + spread + 1, (batch,), generator=generator)
+    src_mask = padding_mask(src_lengths)
+    tgt_mask = padding_mask(tgt_lengths)
+    src = torch.randint(4, vocab, src_mask.shape, generator=generator).masked_fill(~src_mask, PAD)
+    src[torch.arange(batch), src_lengths - 1] = EOS
+    tokens = torch.randint(4, vocab, tgt_mask.shape, generator=generator)
+    tgt_in = torch.cat([torch.full((batch, 1), BOS), tokens[:, :-1]], dim=1).masked_fill(~tgt_mask, PAD)
+    tgt_out = tokens.clone()
+    tgt_out[torch.arange(batch), tgt_lengths - 1] = EOS
+    tgt_out = tgt_out.masked_fill(~tgt_mask, PAD)
+    return src, src_mask, tgt_in, tgt_out
+
+
+def loss_parallel(model, src, src_mask, tgt_in, tgt_out):
+    """Teacher forcing through ``forward`` (the flow's own training path)."""
+    logits, _ = model(src, src_mask, tgt_in)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=PAD, reduction="sum")
+
+
+def loss_step_loop(model, src, src_mask, tgt_in, tgt_out):
+    """Teacher forcing through ``decode_step``, one target position at a time."""
+    encoded = model.encode(src, src_mask)
+    state = model.init_decoder_state(encoded)
+    total = 0.0
+    for step in range(tgt_in.shape[1]):
+        log_probs, _, state = model.decode_step(tgt_in[:, step], state, encoded, step)
+        total = total + F.nll_loss(log_probs, tgt_out[:, step], ignore_index=PAD, reduction="sum")
+    return total
+
+
+def bf16(loss_fn):
+    """``loss_fn`` under CPU bfloat16 autocast (matmuls in bf16; weights and gradients stay fp32)."""
+
+    def loss_bf16(*args):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn(*args).float()
+
+    return loss_bf16
+
+
+def time_training_step(model, loss_fn, batch) -> float:
+    model.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    loss = loss_fn(model, *batch)
+    loss.backward()
+    return time.perf_counter() - start
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+    os.replace(handle.name, path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--length", type=int, default=20, help="typical source and target length")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--embed", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--attention", default="scaled_dot")
+    parser.add_argument("--cell", default="lstm")
+    parser.add_argument("--dropout", type=float, default=0.3)
+    parser.add_argument("--repeats", type=int, default=5, help="timed batches per method (median kept)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 repeats (smoke test)")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.length, args.vocab, args.embed, args.hidden, args.repeats = 8, 8, 200, 16, 32, 2
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    base = dict(type="rnn", embed_dim=args.embed, hidden_dim=args.hidden, attention=args.attention,
+                cell=args.cell, dropout=args.dropout)
+    parallel = build_model({**base, "flow": "parallel"}, args.vocab, args.vocab)
+    tied = build_model({**base, "flow": "parallel", "tie_embeddings": True}, args.vocab, args.vocab)
+    # name -> (model, loss function, the step-loop row it is compared with)
+    loop, tied_loop, bf16_loop = "parallel, step loop", "parallel tied, step loop", "parallel bf16, step loop"
+    methods = {
+        "parallel, forward": (parallel, loss_parallel, loop),
+        loop: (parallel, loss_step_loop, loop),
+        "bahdanau, forward (step loop)": (build_model({**base, "flow": "bahdanau"}, args.vocab, args.vocab),
+                                          loss_parallel, loop),
+        "luong, forward (step loop)": (build_model({**base, "flow": "luong"}, args.vocab, args.vocab),
+                                       loss_parallel, loop),
+        "parallel tied, forward": (tied, loss_parallel, tied_loop),
+        tied_loop: (tied, loss_step_loop, tied_loop),
+        "parallel bf16, forward": (parallel, bf16(loss_parallel), bf16_loop),
+        bf16_loop: (parallel, bf16(loss_step_loop), bf16_loop),
+    }
+    generator = torch.Generator().manual_seed(0)
+    batch = make_batch(args.batch, args.length, args.vocab, generator)
+    target_tokens = int((batch[3] != PAD).sum())
+
+    # Same numbers both ways (eval mode: no dropout) before timing anything.
+    parallel.eval()
+    with torch.no_grad():
+        same = abs(float(loss_parallel(parallel, *batch)) - float(loss_step_loop(parallel, *batch)))
+    parallel.train()
+
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for model, loss_fn, _ in methods.values():  # warm-up (allocator, kernels)
+        model.train()
+        time_training_step(model, loss_fn, batch)
+    for _ in range(args.repeats):
+        for name, (model, loss_fn, _) in methods.items():
+            times[name].append(time_training_step(model, loss_fn, batch))
+
+    rows = []
+    for name, (model, _, baseline) in methods.items():
+        seconds = statistics.median(times[name])
+        rows.append(dict(method=name, seconds_per_batch=seconds, target_tokens_per_second=target_tokens / seconds,
+                         compared_with=baseline, speedup=statistics.median(times[baseline]) / seconds,
+                         parameters=count_parameters(model)))
+
+    print(f"B={args.batch}, S≈T≈{args.length} ({target_tokens} target tokens), vocab {args.vocab}, embed {args.embed}, "
+          f"hidden {args.hidden}, {args.attention}, {args.cell}, dropout {args.dropout}; torch {torch.__version__}, "
+          f"{args.threads} threads; median of {args.repeats}; forward+backward")
+    print(f"parallel forward vs step loop, eval-mode summed loss difference: {same:.2e}")
+    print(f"{'method':<31} {'s/batch':>8} {'tokens/s':>9} {'speed-up':>9}  {'vs':<25} {'params':>11}")
+    for row in rows:
+        print(f"{row['method']:<31} {row['seconds_per_batch']:>8.3f} {row['target_tokens_per_second']:>9.0f} "
+              f"{row['speedup']:>8.2f}x  {row['compared_with']:<25} {row['parameters']:>11,}")
+
+    write_json_atomic(args.output, dict(
+        benchmark="training_speed",
+        config=dict(batch=args.batch, length=args.length, target_tokens=target_tokens, vocab=args.vocab,
+                    embed=args.embed, hidden=args.hidden, attention=args.attention, cell=args.cell,
+                    dropout=args.dropout, repeats=args.repeats, threads=args.threads, quick=args.quick),
+        environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
+                         cpus=os.cpu_count(), load_average=os.getloadavg()),
+        loss_difference_parallel_vs_step_loop=same,
+        results=rows,
+    ))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

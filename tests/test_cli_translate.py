@@ -1,0 +1,124 @@
+"""The command line end to end: ``attnmt train`` → ``attnmt evaluate`` → ``attnmt translate``
+(sentences as arguments and on standard input), on a 500-pair slice of Multi30k."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnmt.cli import main as cli_main
+from conftest import shared_data_path
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread: on a shared 2-core machine more threads only fight each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _slice(source: Path, target: Path, count: int) -> None:
+    with gzip.open(source, "rt", encoding="utf-8") as handle:
+        lines = [next(handle) for _ in range(count)]
+    target.write_text("".join(lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def multi30k_slice(tmp_path_factory) -> Path:
+    """train (500 pairs), valid and test (50 pairs each) cut from ../shared/data/multi30k."""
+    folder = tmp_path_factory.mktemp("multi30k-slice")
+    for split, name, count in (("train", "train", 500), ("val", "valid", 50), ("test_2016_flickr", "flickr", 50)):
+        for lang in ("de", "en"):
+            _slice(shared_data_path("multi30k", f"{split}.{lang}.gz"), folder / f"{name}.{lang}", count)
+    config = {
+        "data": {
+            "train": ["train.de", "train.en"],
+            "valid": ["valid.de", "valid.en"],
+            "test": {"flickr": ["flickr.de", "flickr.en"]},
+            "vocab_size": 400,
+            "max_tokens": 800,
+        },
+        "model": {"type": "rnn", "embed_dim": 32, "hidden_dim": 64, "dropout": 0.1, "attention": "sdp"},
+        "training": {"lr": 0.005, "max_epochs": 1, "log_every": 4, "checkpoint_every": 4,
+                     "num_threads": 1, "bleu_max_sentences": 10, "examples": 2},
+        "search": {"max_len_a": 1.0, "max_len_b": 5},
+    }
+    (folder / "slice.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trained(multi30k_slice) -> Path:
+    out = multi30k_slice / "run"
+    code = cli_main(["train", "--config", str(multi30k_slice / "slice.yaml"), "--out", str(out),
+                     "--max-steps", "8", "--attention", "additive", "--seed", "3", "--no-progress"])
+    assert code == 0
+    return out
+
+
+def test_train_writes_a_complete_run(trained, capsys):
+    records = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in records] == ["train", "train", "valid", "summary"]
+    assert records[-1]["stop_reason"] == "max_steps=8 reached"
+    config = yaml.safe_load((trained / "config.yaml").read_text())
+    assert config["model"]["attention"] == "additive" and config["training"]["seed"] == 3
+    assert Path(config["data"]["train"][0]).is_absolute()
+    assert sorted(p.name for p in (trained / "examples").iterdir()) == ["epoch01-1.png", "epoch01-2.png"]
+
+
+def test_evaluate_prints_scores_and_writes_files(trained, capsys):
+    assert cli_main(["evaluate", str(trained), "--split", "flickr", "-n", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for label in ("perplexity:", "BLEU:", "chrF:", "BLEU (lc):", "nrefs:1|case:mixed", "source:", "reference:", "output:"):
+        assert label in out
+    report = json.loads((trained / "eval-flickr.json").read_text())
+    assert report["num_sentences"] == 50 and report["beam"] == 1 and report["checkpoint"] == "best.pt"
+    assert report["perplexity"] > 1 and 0 <= report["bleu"] <= 100
+    hyps = (trained / "hyps-flickr.txt").read_text().splitlines()
+    assert len(hyps) == 50
+    assert (trained / "examples" / "flickr-001.png").is_file() and (trained / "examples" / "flickr-002.png").is_file()
+
+    assert cli_main(["evaluate", str(trained), "--beam", "2", "--checkpoint", "last", "-n", "0", "--no-progress"]) == 0
+    assert "beam 2" in capsys.readouterr().out
+    assert (trained / "hyps-flickr-beam2.txt").is_file()  # "test" = the config's first test set
+
+
+def test_evaluate_unknown_split(trained, capsys):
+    assert cli_main(["evaluate", str(trained), "--split", "nope", "--no-progress"]) == 2
+    assert "no split 'nope'" in capsys.readouterr().err
+
+
+def test_translate_arguments_stdin_and_plot(trained, capsys, monkeypatch, tmp_path):
+    assert cli_main(["translate", str(trained), "Ein Mann fährt Fahrrad.", "Zwei Hunde spielen.",
+                     "--plot", str(tmp_path / "a.png")]) == 0
+    captured = capsys.readouterr()
+    outputs = captured.out.splitlines()
+    assert len(outputs) == 2
+    assert (tmp_path / "a-1.png").is_file() and (tmp_path / "a-2.png").is_file()
+    # Refuses to overwrite the plots unless asked.
+    assert cli_main(["translate", str(trained), "Ein Mann fährt Fahrrad.", "Zwei Hunde spielen.",
+                     "--plot", str(tmp_path / "a.png")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Ein Mann fährt Fahrrad.\n\nZwei Hunde spielen.\n"))
+    assert cli_main(["translate", str(trained)]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines == [outputs[0], "", outputs[1], ""]  # one line out per line in, empty stays empty
+
+
+def test_missing_run_and_checkpoint(tmp_path, trained, capsys):
+    assert cli_main(["translate", str(tmp_path / "nothing"), "Hallo"]) == 2
+    assert "no such run folder" in capsys.readouterr().err
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    assert cli_main(["evaluate", str(empty)]) == 2
+    assert "best.pt: checkpoint not found" in capsys.readouterr().err

@@ -1,0 +1,378 @@
+"""The trainer: loss goes down, a model memorises a small corpus, every mechanism and flow trains,
+a run killed with SIGKILL resumes to the same numbers, and bad input fails with a clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnmt.checkpoint import load_checkpoint
+from attnmt.cli import main as cli_main
+from attnmt.config import RunConfig, TrainingConfig, load_config
+from attnmt.errors import CheckpointError, ConfigError, DataError
+from attnmt.training import Trainer, backward_on_batch, config_differences
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread: on a shared 2-core machine more threads only fight each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+# A made-up "translation" task: every source word has one target word, the order is kept.
+LEXICON = {
+    "ein": "a", "der": "the", "mann": "man", "frau": "woman", "hund": "dog", "katze": "cat",
+    "kind": "child", "läuft": "runs", "springt": "jumps", "sitzt": "sits", "spielt": "plays",
+    "auf": "on", "im": "in", "park": "park", "garten": "garden", "ball": "ball", "rot": "red",
+    "blau": "blue", "groß": "big", "klein": "small",
+}
+
+
+def make_pairs(count: int, seed: int) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    words = sorted(LEXICON)
+    src, tgt = [], []
+    for _ in range(count):
+        sentence = rng.choices(words, k=rng.randint(3, 7))
+        src.append(" ".join(sentence).capitalize() + ".")
+        tgt.append(" ".join(LEXICON[w] for w in sentence).capitalize() + ".")
+    return src, tgt
+
+
+def write_corpus(folder: Path, name: str, count: int, seed: int) -> list[str]:
+    src, tgt = make_pairs(count, seed)
+    (folder / f"{name}.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (folder / f"{name}.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    return [f"{name}.de", f"{name}.en"]
+
+
+def tiny_config(folder: Path, train_pairs: int = 200, valid_pairs: int = 20, **training) -> dict:
+    """A config dict for a ~20k-parameter model on made-up data written into ``folder``."""
+    config = {
+        "data": {
+            "train": write_corpus(folder, "train", train_pairs, seed=1),
+            "valid": write_corpus(folder, "valid", valid_pairs, seed=2),
+            "vocab_size": 64,
+            "max_tokens": 160,
+        },
+        "model": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "scaled_dot"},
+        "training": {
+            "lr": 0.01, "max_epochs": 2, "log_every": 5, "checkpoint_every": 5, "num_threads": 1,
+            "bleu_max_sentences": 5, "examples": 1, **training,
+        },
+    }
+    return config
+
+
+def save_yaml(folder: Path, config: dict, name: str = "config.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = False):
+    cfg = load_config(save_yaml(folder, config))
+    return Trainer(cfg, folder / out, resume=resume, show_progress=False, verbose=False).run()
+
+
+def comparable(records: list[dict]) -> list[dict]:
+    """Metric records without the fields that measure time."""
+    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s")} for r in records]
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_loss_falls_and_run_folder_is_complete(tmp_path):
+    config = tiny_config(tmp_path, max_epochs=3)
+    result = run_trainer(tmp_path, config)
+    train_records = [r for r in result.history if r["type"] == "train"]
+    epochs = [r for r in result.history if r["type"] == "epoch"]
+    assert len(epochs) == 3
+    assert train_records[-1]["loss"] < 0.8 * train_records[0]["loss"]
+    assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
+    assert result.stop_reason == "max_epochs=3 reached"
+    run = tmp_path / "run"
+    for name in ("config.yaml", "last.pt", "best.pt", "metrics.jsonl", "tokenizers.json", "spm.joint.model",
+                 "examples/epoch01-1.png", "examples/epoch03-1.png"):
+        assert (run / name).is_file(), name
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["type"] == "summary"
+    assert lines[:-1] == result.history
+    for record in train_records:
+        assert {"type", "step", "epoch", "loss", "ppl", "lr", "tokens_per_s", "elapsed"} <= set(record)
+    best = load_checkpoint(run / "best.pt")
+    assert "optimizer" not in best and best["progress"]["step"] == result.best_step
+    last = load_checkpoint(run / "last.pt", require_training_state=True)
+    assert last["progress"]["step"] == result.step and last["model_type"] == "rnn"
+    assert last["config"]["model"]["attention"] == "scaled_dot"
+
+
+def test_model_memorises_twenty_pairs(tmp_path):
+    """20 pairs, trained on and scored on themselves: greedy BLEU >= 90."""
+    from attnmt.evaluation import corpus_scores
+    from attnmt.translator import Translator
+
+    config = tiny_config(tmp_path, train_pairs=20, max_epochs=40, eval_every=100, examples=0,
+                         bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.03)
+    config["data"]["valid"] = config["data"]["train"]
+    config["data"]["max_tokens"] = 60
+    config["model"].update(embed_dim=32, hidden_dim=64, dropout=0.0)
+    run_trainer(tmp_path, config)
+    translator = Translator.load(tmp_path / "run", "last")
+    src, tgt = make_pairs(20, seed=1)
+    outputs = [t.output for t in translator.translate(src)]
+    assert corpus_scores(outputs, tgt).bleu >= 90, list(zip(outputs, tgt))[:5]
+
+
+MECHANISMS = ["none", "mean", "dot", "scaled_dot", "general", "additive", "local-m", "local-p", "multihead"]
+
+
+@pytest.mark.parametrize(
+    "attention,flow",
+    [(name, "parallel") for name in MECHANISMS] + [("additive", "bahdanau"), ("general", "luong"), ("local-p", "luong")],
+)
+def test_every_mechanism_and_flow_takes_a_training_step(attention, flow):
+    from attnmt.data import make_batches
+    from attnmt.models import build_model
+
+    options = {"num_heads": 2} if attention == "multihead" else {}
+    model_config = RunConfig.from_dict(
+        {"data": {"train": ["a", "b"]}, "model": {"type": "rnn", "embed_dim": 8, "hidden_dim": 16,
+                                                  "attention": attention, "flow": flow,
+                                                  "attention_options": options}}
+    ).model
+    model = build_model(model_config, 30, 30)
+    src, tgt = [[5, 6, 7], [8, 9], [10]], [[11, 12], [13, 14, 15, 16], [17]]
+    [batch] = make_batches(src, tgt, max_tokens=100, shuffle=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    stats = backward_on_batch(model, batch, label_smoothing=0.1, global_tokens=batch.num_tgt_tokens)
+    assert stats.num_tokens == batch.num_tgt_tokens == 10
+    assert torch.isfinite(torch.tensor(stats.loss_sum))
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    optimizer.step()
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert "output.weight" in changed
+
+
+def test_resume_after_sigkill_gives_identical_numbers(tmp_path):
+    """Kill -9 a run right after its first checkpoint; --resume must end exactly as an unbroken run."""
+    config = tiny_config(tmp_path, train_pairs=300, max_epochs=5, max_steps=45, checkpoint_every=7)
+    config_path = save_yaml(tmp_path, config)
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    command = [sys.executable, "-m", "attnmt", "train", "--config", str(config_path), "--no-progress"]
+
+    killed = subprocess.Popen(command + ["--out", str(tmp_path / "killed")], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    checkpoint = tmp_path / "killed" / "last.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.read().decode()
+    interrupted_at = load_checkpoint(checkpoint)["progress"]["step"]
+    assert 7 <= interrupted_at < 45
+
+    resumed = subprocess.run(command + ["--out", str(tmp_path / "killed"), "--resume"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr
+
+    reference = run_trainer(tmp_path, config, out="unbroken")
+    assert reference.step == 45
+
+    a = load_checkpoint(tmp_path / "killed" / "last.pt")
+    b = load_checkpoint(tmp_path / "unbroken" / "last.pt")
+    assert a["progress"]["step"] == b["progress"]["step"] == 45
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), name
+    assert comparable(a["history"]) == comparable(b["history"])
+    best_a, best_b = load_checkpoint(tmp_path / "killed" / "best.pt"), load_checkpoint(tmp_path / "unbroken" / "best.pt")
+    assert all(torch.equal(best_a["model"][k], v) for k, v in best_b["model"].items())
+    lines = (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    assert comparable([json.loads(line) for line in lines][:-1]) == comparable(b["history"])
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+
+def test_unknown_config_key_names_key_and_file(tmp_path):
+    config = tiny_config(tmp_path)
+    config["training"]["learning_rate"] = 0.1
+    path = save_yaml(tmp_path, config, "bad.yaml")
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*training.*'learning_rate'"):
+        load_config(path)
+    config = tiny_config(tmp_path)
+    config["trainig"] = {}
+    with pytest.raises(ConfigError, match="unknown section.*'trainig'"):
+        load_config(save_yaml(tmp_path, config, "bad2.yaml"))
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("lr", -1, "training.lr"),
+    ("max_epochs", 0, "training.max_epochs"),
+    ("label_smoothing", 1.5, "training.label_smoothing"),
+    ("early_stopping_patience", "3", "training.early_stopping_patience"),
+])
+def test_invalid_training_values(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainingConfig.from_dict({key: value})
+
+
+def test_invalid_model_option_is_a_config_error(tmp_path):
+    config = tiny_config(tmp_path)
+    config["model"]["attention"] = "telepathy"
+    with pytest.raises(ConfigError, match="telepathy"):
+        load_config(save_yaml(tmp_path, config))
+
+
+def test_cli_overrides(tmp_path):
+    path = save_yaml(tmp_path, tiny_config(tmp_path))
+    cfg = load_config(path, {"attention": "bahdanau", "seed": 7, "max_steps": 3, "max_epochs": None},
+                      ["training.lr=5e-4", "model.hidden_dim=24"])
+    assert cfg.model["attention"] == "additive"  # normalised by the model's config
+    assert (cfg.training.seed, cfg.training.max_steps, cfg.training.lr) == (7, 3, 5e-4)
+    assert cfg.training.max_epochs == 2 and cfg.model["hidden_dim"] == 24
+    with pytest.raises(ConfigError, match="SECTION.KEY=VALUE"):
+        load_config(path, set_options=["lr=1"])
+
+
+def test_missing_data_file_is_a_data_error(tmp_path):
+    config = tiny_config(tmp_path)
+    config["data"]["train"] = ["nowhere.de", "train.en"]
+    with pytest.raises(DataError, match="nowhere.de"):
+        run_trainer(tmp_path, config)
+
+
+def test_existing_run_folder_needs_resume(tmp_path, capsys):
+    config_path = save_yaml(tmp_path, tiny_config(tmp_path))
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code = cli_main(["train", "--config", str(config_path), "--out", str(out), "--no-progress"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert "already exists" in error and "--resume" in error
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_resume_refuses_a_changed_config(tmp_path, capsys):
+    config = tiny_config(tmp_path, max_steps=2, bleu_max_sentences=0, examples=0)
+    config_path = save_yaml(tmp_path, config)
+    out = str(tmp_path / "run")
+    assert cli_main(["train", "--config", str(config_path), "--out", out, "--no-progress"]) == 0
+    code = cli_main(["train", "--out", out, "--resume", "--attention", "dot", "--no-progress"])
+    assert code == 2
+    assert "model.attention" in capsys.readouterr().err
+    # New limits are fine: the run continues from step 2 to step 4.
+    assert cli_main(["train", "--out", out, "--resume", "--max-steps", "4", "--no-progress"]) == 0
+    assert load_checkpoint(Path(out) / "last.pt")["progress"]["step"] == 4
+
+
+def test_learning_rate_schedule():
+    from attnmt.training import LearningRateSchedule
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([parameter], lr=1.0)
+    inverse_sqrt = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, lr_schedule="inverse_sqrt", warmup_steps=100))
+    assert inverse_sqrt.set_step(1) == pytest.approx(1e-5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)
+    assert inverse_sqrt.lr(100) == pytest.approx(1e-3)  # the peak
+    assert inverse_sqrt.lr(400) == pytest.approx(5e-4)  # 1e-3 · sqrt(100 / 400)
+    warmup = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, warmup_steps=10))
+    assert [warmup.lr(s) for s in (5, 10, 1000)] == pytest.approx([5e-4, 1e-3, 1e-3])
+
+    plateau = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, lr_decay=0.5, lr_patience=1, min_lr=3e-4))
+    decays = [plateau.on_validation(loss) for loss in (2.0, 1.5, 1.6, 1.7, 1.5, 1.5, 1.5, 1.5)]
+    assert decays == [False, False, False, True, False, True, False, False]  # the floor stops the third
+    assert plateau.lr(50) == pytest.approx(3e-4)
+    restored = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3))
+    restored.load_state_dict(plateau.state_dict())
+    assert restored.lr(50) == pytest.approx(3e-4) and restored.state_dict() == plateau.state_dict()
+    with pytest.raises(ConfigError, match="warmup_steps"):
+        TrainingConfig(lr_schedule="inverse_sqrt")
+
+
+def test_config_differences_lists_dotted_keys():
+    assert config_differences({"a": {"b": 1, "c": [1]}}, {"a": {"b": 2, "c": (1,)}}) == ["a.b (1 in the run, 2 now)"]
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trained")
+    run_trainer(folder, tiny_config(folder, max_steps=3, bleu_max_sentences=0, examples=0))
+    return folder / "run"
+
+
+def test_foreign_checkpoint(tmp_path):
+    path = tmp_path / "foreign.pt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "epoch": 3}, path)
+    with pytest.raises(CheckpointError, match=r"not an attnmt checkpoint.*state_dict"):
+        load_checkpoint(path)
+    path.write_text("hello")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(path)
+
+
+def test_truncated_checkpoint(trained_run, tmp_path):
+    data = (trained_run / "last.pt").read_bytes()
+    path = tmp_path / "truncated.pt"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated.pt"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_with_code_is_refused(tmp_path):
+    path = tmp_path / "pickle.pt"
+    torch.save({"format": "attnmt-checkpoint", "payload": Path("x")}, path)
+    with pytest.raises(CheckpointError, match="refused to load"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_model_type_and_keys(trained_run, tmp_path):
+    checkpoint = load_checkpoint(trained_run / "last.pt")
+    with pytest.raises(CheckpointError, match="holds a 'rnn' model, expected a 'transformer' model"):
+        load_checkpoint(trained_run / "last.pt", expected_model_type="transformer")
+    mismatched = dict(checkpoint, model_type="transformer")
+    torch.save(mismatched, tmp_path / "mismatch.pt")
+    with pytest.raises(CheckpointError, match="config says model.type = 'rnn'"):
+        load_checkpoint(tmp_path / "mismatch.pt")
+    missing = {k: v for k, v in checkpoint.items() if k != "tokenizers"}
+    torch.save(missing, tmp_path / "missing.pt")
+    with pytest.raises(CheckpointError, match="missing tokenizers"):
+        load_checkpoint(tmp_path / "missing.pt")
+    inference_only = {k: v for k, v in checkpoint.items() if k not in ("optimizer", "rng")}
+    torch.save(inference_only, tmp_path / "inference.pt")
+    load_checkpoint(tmp_path / "inference.pt")
+    with pytest.raises(CheckpointError, match="missing optimizer, rng"):
+        load_checkpoint(tmp_path / "inference.pt", require_training_state=True)
+
+
+def test_weights_that_do_not_fit_the_config(trained_run, tmp_path):
+    from attnmt.translator import Translator
+
+    checkpoint = load_checkpoint(trained_run / "last.pt")
+    checkpoint["config"]["model"]["hidden_dim"] = 40
+    torch.save(checkpoint, tmp_path / "resized.pt")
+    with pytest.raises(CheckpointError, match="shape mismatch"):
+        Translator.load(tmp_path / "resized.pt")
