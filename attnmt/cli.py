@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
             if error.name == f"attnmt.commands.{module_name}":
                 continue  # command not built yet
             raise
-        sub = subparsers.add_parser(name, help=help_text, description=module.__doc__)
+        sub = subparsers.add_parser(
+            name, help=help_text, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser

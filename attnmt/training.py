@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from attnmt.config import RunConfig
-from attnmt.errors import CheckpointError, ConfigError
+from attnmt.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -722,7 +722,7 @@ class Trainer:
 
     def _evaluate(self, at_epoch_end: bool) -> None:
         """Validate; update best.pt; at epoch ends also the lr schedule and early stopping."""
-        state, training = self.state, self.config.training
+        state = self.state
         started = time.perf_counter()
         epoch_label = state.epoch if at_epoch_end else state.epoch + 1
         record = self._validate(epoch_label)

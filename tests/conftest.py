@@ -26,10 +26,14 @@ def shared_data():
 
 
 @pytest.fixture(autouse=True)
-def _seed_torch():
-    """Every test starts from the same torch seed, so a failure reproduces."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return
+def _seed_torch_one_thread():
+    """Every test starts from the same torch seed, so a failure reproduces, and runs on one torch
+    thread: the tensors of the tests are tiny, and on a 2-core machine more threads only fight
+    each other (10-50x slower under load)."""
+    import torch
+
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -10,20 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from attnmt.cli import main as cli_main
 from conftest import shared_data_path
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on a shared 2-core machine more threads only fight each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _slice(source: Path, target: Path, count: int) -> None:

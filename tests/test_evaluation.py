@@ -22,13 +22,6 @@ from attnmt.evaluation import (
 
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on a shared 2-core machine more threads only fight each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 def _random_batch(seed: int = 0, B: int = 3, T: int = 5, V: int = 7):
     generator = torch.Generator().manual_seed(seed)

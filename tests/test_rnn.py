@@ -21,15 +21,6 @@ SRC_VOCAB, TGT_VOCAB = 23, 19
 BOS, EOS = 2, 3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids OpenMP contention on a shared 2-core machine (10-50x faster)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_config(**overrides) -> dict:
     config = dict(type="rnn", embed_dim=8, hidden_dim=12, dropout=0.1, attention="scaled_dot")
     config["attention_options"] = {"kq_dim": 6}

@@ -25,13 +25,6 @@ from attnmt.training import Trainer, backward_on_batch, config_differences
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on a shared 2-core machine more threads only fight each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 # A made-up "translation" task: every source word has one target word, the order is kept.
 LEXICON = {

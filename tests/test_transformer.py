@@ -56,15 +56,6 @@ def generator() -> torch.Generator:
     return torch.Generator().manual_seed(1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tensors this small gain nothing from threads, and on a busy machine lose a lot to them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ------------------------------------------------------------------------------------------------
 # Masks and padding
 # ------------------------------------------------------------------------------------------------
