@@ -9,8 +9,7 @@ The model needs (MODEL_API.md)::
 Beam search keeps every sentence and every beam in one tensor: N = B·K rows go through one
 ``decode_step`` per output position. A step scores all K·V continuations of each sentence, keeps
 the 2K best, sets aside those ending in EOS among the top K as finished hypotheses, and continues
-the K best that do not. A sentence stops when it has K finished hypotheses or reaches its maximum
-length; its rows then leave the batch, so the tensors shrink as sentences finish.
+the K best that do not.
 
 Scores are sums of the model's log-probabilities (accumulated in float64). Finished hypotheses
 are ranked by the GNMT length normalisation (Wu et al. 2016)::
@@ -19,8 +18,22 @@ are ranked by the GNMT length normalisation (Wu et al. 2016)::
 
 with |Y| the number of predicted tokens including EOS; α = 0 ranks by the raw score. A sentence of
 source length |x| (its real tokens, the EOS the batcher appends included) gets at most
-⌊max_len_a·|x| + max_len_b⌋ tokens before EOS; at that step EOS is the only choice. PAD and BOS
-are never produced.
+max_len = ⌊max_len_a·|x| + max_len_b⌋ tokens before EOS; at that step EOS is the only choice. PAD
+and BOS are never produced.
+
+When to stop. Log-probabilities are ≤ 0, so a live hypothesis with score s can only fall as it
+grows, and a finished version of it, of |Y| ≤ L_max = max_len + 1 tokens (EOS included), has a
+normalized score of at most::
+
+    bound(s) = s / lp(L_max)      (s ≤ 0 and lp grows with |Y| for α > 0; bound = s for α = 0)
+
+A sentence is done when it has ``n_best`` finished hypotheses and no live beam's bound exceeds
+the ``n_best``-th best of them (nothing the search could still find would enter the answer), or
+when it has reached its length limit. The answer is therefore the same as if every beam were
+followed to the length limit; stopping as soon as K hypotheses have ended instead lets a few
+low-scoring early EOS candidates end the search while a much better live beam is still growing.
+Done sentences leave the batch, so the tensors shrink as sentences finish. Beam size 1 is
+defined as greedy search (the most probable token at every step, stopping at the first EOS).
 """
 
 from __future__ import annotations
@@ -189,16 +202,26 @@ def beam_search(
     return_attention: bool = True,
 ) -> list[list[Hypothesis]]:
     """Batched beam search: src [B, S], src_mask [B, S] -> for each sentence, its ``n_best`` best
-    hypotheses by normalized score (best first). ``beam_size`` 1 gives greedy search's output."""
+    hypotheses by normalized score (best first); fewer only when the vocabulary allows no more.
+
+    ``beam_size`` 1 *is* greedy search (``greedy_search``'s hypotheses, one per sentence): with
+    one beam, the stopping rule of the module docstring could otherwise follow a live beam past
+    the first EOS and return something longer than greedy search does.
+    """
     src_lengths = _check_arguments(src, src_mask, max_len_a, max_len_b, alpha)
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
     if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be an integer in [1, beam_size={beam_size}], got {n_best!r}")
+    if beam_size == 1:
+        greedy = greedy_search(model, src, src_mask, max_len_a=max_len_a, max_len_b=max_len_b,
+                               return_attention=return_attention, alpha=alpha)
+        return [[hypothesis] for hypothesis in greedy]
     K = beam_size
     batch = src.shape[0]
     device = src.device
     source_lengths = src_lengths.tolist()
+    # The n_best best finished hypotheses of each sentence so far, best first.
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     if batch == 0:
         return []
@@ -211,6 +234,9 @@ def beam_search(
         # The active sentences (original indices), their length limits, and K beams for each.
         sentence_ids = list(range(batch))
         limits = _max_lengths(src_lengths, max_len_a, max_len_b)
+        # lp(L_max) of each active sentence: divides a live score into its best reachable normalized score.
+        longest_penalty = torch.tensor([length_penalty(limit + 1, alpha) for limit in limits],
+                                       dtype=torch.float64, device=device)
         scores = torch.full((batch, K), float("-inf"), dtype=torch.float64, device=device)
         scores[:, 0] = 0.0  # all beams start identical: expand only the first
         tokens = torch.empty(batch * K, 0, dtype=torch.long, device=device)  # [N, t]
@@ -238,36 +264,50 @@ def beam_search(
                 step_attention = weights.unsqueeze(1)
                 attention = step_attention if attention is None else torch.cat([attention, step_attention], dim=1)
 
-            # EOS among the top K (and reachable) ends a hypothesis.
+            # EOS among the top K (and reachable) ends a hypothesis; keep the n_best best per sentence.
             ending = cand_eos[:, :K] & (cand_scores[:, :K] > float("-inf"))
             if bool(ending.any()):
                 for i, j in ending.nonzero().tolist():
                     sentence = sentence_ids[i]
-                    if len(finished[sentence]) >= K:
-                        continue
+                    kept = finished[sentence]
+                    score = float(cand_scores[i, j])
+                    if len(kept) == n_best and score / length_penalty(step + 1, alpha) <= kept[-1].normalized_score:
+                        continue  # cannot enter the n_best
                     row = int(cand_rows[i, j])
-                    finished[sentence].append(
-                        _hypothesis(
-                            tokens[row].tolist(), cand_scores[i, j], alpha,
-                            attention[row] if return_attention else None, source_lengths[sentence],
-                        )
-                    )
-            done = [len(finished[s]) >= K or limit <= step for s, limit in zip(sentence_ids, limits)]
-            if all(done):
-                break
+                    kept.append(_hypothesis(
+                        tokens[row].tolist(), score, alpha,
+                        attention[row] if return_attention else None, source_lengths[sentence],
+                    ))
+                    kept.sort(key=lambda h: -h.normalized_score)  # stable: earlier first among equals
+                    del kept[n_best:]
 
             # The K best candidates that do not end continue (EOS ones are pushed to the back).
             order = (positions[: cand_scores.shape[1]] + cand_eos * (2 * K)).topk(K, dim=1, largest=False).indices
             rows = cand_rows.gather(1, order)
             next_tokens = cand_tokens.gather(1, order)
             scores = cand_scores.gather(1, order)
+
+            # Done: at the length limit, or no live beam can still beat the n_best-th finished one.
+            best_live = scores.max(dim=1).values  # [active], ≤ 0
+            reachable = torch.maximum(best_live, best_live / longest_penalty).tolist()
+            done = []
+            for i, (sentence, limit) in enumerate(zip(sentence_ids, limits)):
+                kept = finished[sentence]
+                done.append(
+                    limit <= step
+                    or reachable[i] == float("-inf")  # no live beam left to extend
+                    or (len(kept) == n_best and reachable[i] <= kept[-1].normalized_score)
+                )
+            if all(done):
+                break
             if any(done):
-                kept = [i for i, is_done in enumerate(done) if not is_done]
-                keep = torch.tensor(kept, device=device)
+                kept_rows = [i for i, is_done in enumerate(done) if not is_done]
+                keep = torch.tensor(kept_rows, device=device)
                 rows, next_tokens, scores = rows[keep], next_tokens[keep], scores[keep]
-                sentence_ids = [sentence_ids[i] for i in kept]
-                limits = [limits[i] for i in kept]
-                row_offsets = row_offsets[: len(kept)]
+                sentence_ids = [sentence_ids[i] for i in kept_rows]
+                limits = [limits[i] for i in kept_rows]
+                longest_penalty = longest_penalty[keep]
+                row_offsets = row_offsets[: len(kept_rows)]
             rows = rows.reshape(-1)
             if len(sentence_ids) != active:
                 # Rows of one sentence share its encoding, so ``rows`` selects the kept sentences.
@@ -278,4 +318,4 @@ def beam_search(
                 attention = attention[rows]
             prev = next_tokens.reshape(-1)
 
-    return [sorted(hyps, key=lambda h: -h.normalized_score)[:n_best] for hyps in finished]
+    return finished

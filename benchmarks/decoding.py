@@ -12,8 +12,10 @@ Two modes:
     python benchmarks/decoding.py --run runs/sdp          # a trained run (Translator.load), real sentences
     python benchmarks/decoding.py                         # no run: randomly initialised models
 
-With ``--run`` the sentences are the first ``--sentences`` lines of ``--source`` (default: the
-run's source language of Multi30k test_2016_flickr in ../shared/data). Without a run, the model is
+With ``--run`` the sentences are the first ``--limit`` lines of ``--source`` (default: the
+run's source language of Multi30k test_2016_flickr in ../shared/data), decoded with the run's
+``search`` settings (length penalty α, max_len_a, max_len_b) unless given on the command line.
+The table ends with the speed-up of the largest batch against the target of 10×. Without a run, the model is
 randomly initialised at two sizes — ``realistic`` (vocabulary 8000, embeddings 256, hidden 512,
 scaled dot-product; a Multi30k-sized translator) and ``small`` (vocabulary 1000, embeddings 64,
 hidden 128) — over random source ids of Multi30k-like lengths (8 to 24 tokens + EOS). A random
@@ -58,11 +60,12 @@ def random_setup(size: str, sentences: int, seed: int = 0):
     ids = [torch.randint(4, sizes["vocab"], (n,), generator=generator).tolist() for n in lengths]
     description = (f"random init ({size}: vocab {sizes['vocab']}, embed {sizes['embed_dim']}, "
                    f"hidden {sizes['hidden_dim']}, scaled_dot, parallel flow), random source ids")
-    return model, ids, description
+    return model, ids, description, {}
 
 
 def run_setup(run: str, source: str | None, sentences: int):
-    """The run's model and the first ``sentences`` source sentences, as ids."""
+    """The run's model, the first ``sentences`` source sentences as ids, a description and the
+    run's search settings."""
     from attnmt.data.corpus import read_lines
     from attnmt.translator import Translator
 
@@ -74,24 +77,23 @@ def run_setup(run: str, source: str | None, sentences: int):
     ids = translator.tokenizers.src.encode_many(lines)
     config = translator.config.get("model", {})
     description = f"trained run {run} ({config.get('type')}, {config.get('attention')}), {len(ids)} lines of {source}"
-    return translator.model, ids, description
+    search = dict(alpha=translator.alpha, max_len_a=translator.max_len_a, max_len_b=translator.max_len_b)
+    return translator.model, ids, description, search
 
 
-def decode_one_at_a_time(model, ids, beam, max_len_a, max_len_b):
+def decode_one_at_a_time(model, ids, beam, search):
     outputs = []
     for sentence in ids:
         src = torch.tensor([list(sentence) + [EOS]])
         mask = torch.ones_like(src, dtype=torch.bool)
-        outputs.append(beam_search(model, src, mask, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b,
-                                   return_attention=True)[0][0])
+        outputs.append(beam_search(model, src, mask, beam_size=beam, return_attention=True, **search)[0][0])
     return outputs
 
 
-def decode_batched(model, ids, beam, batch_size, max_len_a, max_len_b):
+def decode_batched(model, ids, beam, batch_size, search):
     outputs = [None] * len(ids)
     for batch in batches_for_inference(ids, batch_size=batch_size):
-        found = beam_search(model, batch.src, batch.src_mask, beam_size=beam, max_len_a=max_len_a,
-                            max_len_b=max_len_b, return_attention=True)
+        found = beam_search(model, batch.src, batch.src_mask, beam_size=beam, return_attention=True, **search)
         for index, n_best in zip(batch.indices, found):
             outputs[index] = n_best[0]
     return outputs
@@ -101,17 +103,18 @@ def mismatches(found, expected, tolerance=1e-4) -> int:
     return sum(f.tokens != e.tokens or abs(f.score - e.score) > tolerance for f, e in zip(found, expected))
 
 
-def measure(model, ids, beam, batch_sizes, max_len_a, max_len_b):
+def measure(model, ids, beam, batch_sizes, search):
+    """search: alpha, max_len_a, max_len_b for beam_search."""
     model.eval()
-    decode_batched(model, ids[:2], beam, 2, max_len_a, max_len_b)  # warm-up
+    decode_batched(model, ids[:2], beam, 2, search)  # warm-up
     start = time.perf_counter()
-    reference = decode_one_at_a_time(model, ids, beam, max_len_a, max_len_b)
+    reference = decode_one_at_a_time(model, ids, beam, search)
     baseline = time.perf_counter() - start
     rows = [dict(method="one sentence at a time", batch_size=None, seconds=baseline,
                  sentences_per_second=len(ids) / baseline, speedup=1.0, mismatches=0)]
     for batch_size in batch_sizes:
         start = time.perf_counter()
-        found = decode_batched(model, ids, beam, batch_size, max_len_a, max_len_b)
+        found = decode_batched(model, ids, beam, batch_size, search)
         seconds = time.perf_counter() - start
         rows.append(dict(method=f"batched, B={batch_size}", batch_size=batch_size, seconds=seconds,
                          sentences_per_second=len(ids) / seconds, speedup=baseline / seconds,
@@ -134,11 +137,14 @@ def main(argv=None) -> int:
     parser.add_argument("--source", help="source sentences (plain or .gz) for --run")
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["realistic", "small"],
                         help="random model sizes (without --run)")
-    parser.add_argument("--sentences", type=int, default=100)
+    parser.add_argument("--limit", "--sentences", dest="sentences", type=int, default=100, metavar="N",
+                        help="decode the first N sentences (default 100)")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 5, 10, 20, 50])
-    parser.add_argument("--max-len-a", type=float, default=1.5)
-    parser.add_argument("--max-len-b", type=float, default=10)
+    parser.add_argument("--alpha", type=float, default=None, help="length penalty (default: the run's, else 0.6)")
+    parser.add_argument("--max-len-a", type=float, default=None, help="default: the run's, else 1.5")
+    parser.add_argument("--max-len-b", type=float, default=None, help="default: the run's, else 10")
+    parser.add_argument("--target", type=float, default=10.0, help="speed-up the largest batch should reach")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -146,24 +152,33 @@ def main(argv=None) -> int:
 
     setups = ([run_setup(args.run, args.source, args.sentences)] if args.run
               else [random_setup(size, args.sentences) for size in args.sizes])
+    defaults = dict(alpha=0.6, max_len_a=1.5, max_len_b=10)
+    given = dict(alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     report = []
-    for model, ids, description in setups:
-        rows, output_tokens = measure(model, ids, args.beam, args.batch_sizes, args.max_len_a, args.max_len_b)
+    for model, ids, description, run_search in setups:
+        # Command line first, then the run's search settings, then beam_search's defaults.
+        search = {key: given[key] if given[key] is not None else run_search.get(key, defaults[key]) for key in defaults}
+        rows, output_tokens = measure(model, ids, args.beam, args.batch_sizes, search)
+        largest = rows[-1]
+        target_met = largest["speedup"] >= args.target and all(row["mismatches"] == 0 for row in rows)
         print(f"\n{description}; {count_parameters(model):,} parameters")
-        print(f"{len(ids)} sentences, beam {args.beam}, {output_tokens} output tokens (one-at-a-time reference), "
-              f"torch {torch.__version__}, {args.threads} threads")
+        print(f"{len(ids)} sentences, beam {args.beam}, alpha {search['alpha']:g}, max length "
+              f"{search['max_len_a']:g}·|x| + {search['max_len_b']:g}, {output_tokens} output tokens "
+              f"(one-at-a-time reference), torch {torch.__version__}, {args.threads} threads")
         print(f"{'method':<24} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'differ':>7}")
         for row in rows:
             print(f"{row['method']:<24} {row['seconds']:>8.2f} {row['sentences_per_second']:>8.2f} "
                   f"{row['speedup']:>8.2f}x {row['mismatches']:>7}")
+        print(f"{largest['method']}: {largest['speedup']:.1f}x the one-at-a-time speed "
+              f"(target >= {args.target:g}x with identical outputs: {'met' if target_met else 'NOT met'})")
         report.append(dict(model=description, parameters=count_parameters(model), sentences=len(ids),
-                           output_tokens=output_tokens, results=rows))
+                           output_tokens=output_tokens, search=search, results=rows,
+                           target_speedup=args.target, target_met=target_met))
 
     write_json_atomic(args.output, dict(
         benchmark="decoding",
         mode="run" if args.run else "random",
-        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, sentences=args.sentences,
-                    max_len_a=args.max_len_a, max_len_b=args.max_len_b, threads=args.threads),
+        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, sentences=args.sentences, threads=args.threads),
         environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
                          cpus=os.cpu_count(), load_average=os.getloadavg()),
         setups=report,

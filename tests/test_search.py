@@ -17,15 +17,6 @@ from attnmt.search import Hypothesis, beam_search, greedy_search, length_penalty
 PAD, UNK, BOS, EOS, A, B = range(6)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids OpenMP contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ------------------------------------------------------------------------------------------------
 # A toy model with fixed tables: P(next | previous token), uniform attention
 # ------------------------------------------------------------------------------------------------
@@ -85,10 +76,89 @@ def test_beam_two_finds_what_greedy_misses():
     assert best.normalized_score == best.score  # alpha = 0: no length normalisation
 
 
-def test_toy_n_best_are_the_first_k_finished_ranked():
+def distribution(**probabilities):
+    """log P over the toy vocabulary from {token name: probability}; unnamed tokens get 0."""
+    log_p = torch.full((6,), float("-inf"), dtype=torch.float64)
+    for name, p in probabilities.items():
+        log_p[{"A": A, "B": B, "EOS": EOS}[name]] = math.log(p)
+    return log_p
+
+
+class CountingToy(nn.Module):
+    """P(next) depends on how many A's came before: ``start`` at the first step, ``early`` while
+    there are fewer than four, ``late`` from four on (a B counts as four: it ends the sentence).
+
+    state = the number of A's so far; ``calls`` counts decode_step calls.
+    """
+
+    def __init__(self, start, early, late):
+        super().__init__()
+        self.register_buffer("tables", torch.stack([start, early, late]))
+        self.calls = 0
+
+    def encode(self, src, src_mask):
+        return Rows(src_mask)
+
+    def init_decoder_state(self, encoded):
+        return Rows(torch.zeros(encoded.tensors[0].shape[0], dtype=torch.long))
+
+    def decode_step(self, prev_tokens, state, encoded, step):
+        self.calls += 1
+        (count,) = state.tensors
+        count = torch.where(prev_tokens == A, count + 1, count)
+        count = torch.where(prev_tokens == B, torch.full_like(count, 4), count)
+        table = torch.where(count >= 4, 2, 1) if step > 0 else torch.zeros_like(count)
+        mask = encoded.tensors[0]
+        attention = mask.double() / mask.sum(1, keepdim=True)
+        return self.tables[table].clone(), attention, Rows(count)
+
+
+def early_eos_toy():
+    """P(A) = 0.9, P(EOS) = 0.09, P(B) = 0.01 until four A's, then P(EOS) = 0.99: the best output
+    is A A A A, but EOS is the second-best token of every early step."""
+    early = distribution(A=0.9, EOS=0.09, B=0.01)
+    return CountingToy(early, early, distribution(EOS=0.99, A=0.005, B=0.005))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_early_eos_candidates_do_not_end_the_search(alpha):
+    """Regression: beam 2 used to stop at the second step, with "EOS" and "A EOS" finished, and
+    return [A] (score log 0.081 = -2.513) although the live beam "A A" leads to A A A A (-0.432)."""
+    src, mask = toy_source()
+    greedy = greedy_search(early_eos_toy(), src, mask, max_len_a=0, max_len_b=10, alpha=alpha)[0]
+    assert greedy.tokens == [A, A, A, A]
+    assert greedy.score == pytest.approx(math.log(0.9**4 * 0.99))
+    model = early_eos_toy()
+    found = beam_search(model, src, mask, beam_size=2, alpha=alpha, max_len_a=0, max_len_b=10)[0][0]
+    assert found.tokens == [A, A, A, A]
+    assert found.score == pytest.approx(math.log(0.9**4 * 0.99))
+    assert found.normalized_score == pytest.approx(found.score / length_penalty(5, alpha))
+    # It stopped as soon as no live beam could win, not at the length limit (11 steps).
+    assert model.calls == 5
+
+
+def test_live_beams_are_bounded_with_the_longest_length_penalty():
+    """With α > 0 a live beam scoring below a finished hypothesis's normalized score can still win
+    once normalised over more tokens. Here "EOS" (0.4, normalized log 0.4 = -0.92) ends at the
+    first step, while "A" (0.35) grows into A A A A EOS: log(0.35 · 0.97³ · 0.99) / (10/6) = -0.69.
+    Stopping when the best live score is below -0.92 (the rule for α = 0) would return []."""
+    toy = CountingToy(distribution(EOS=0.4, A=0.35, B=0.25), distribution(A=0.97, EOS=0.03),
+                      distribution(EOS=0.99, A=0.005, B=0.005))
+    src, mask = toy_source()
+    assert greedy_search(toy, src, mask, max_len_a=0, max_len_b=8, alpha=1.0)[0].tokens == []
+    for beam in (2, 3):
+        best = beam_search(toy, src, mask, beam_size=beam, alpha=1.0, max_len_a=0, max_len_b=8)[0][0]
+        assert best.tokens == [A, A, A, A]
+        assert best.normalized_score == pytest.approx(math.log(0.35 * 0.97**3 * 0.99) / (10 / 6))
+    # Without length normalisation "EOS" is the best translation.
+    assert beam_search(toy, src, mask, beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8)[0][0].tokens == []
+
+
+def test_toy_n_best_are_ranked_by_normalized_score():
     src, mask = toy_source()
     hypotheses = beam_search(BigramToy(), src, mask, beam_size=2, alpha=0.0, max_len_a=0, max_len_b=5, n_best=2)[0]
-    # Step 1 finishes "B" (0.36); step 2 finishes "A B" (0.5·0.3·0.9 = 0.135): two finished, stop.
+    # "B EOS" (0.36) ends at step 2, "A B EOS" (0.5·0.3·0.9 = 0.135) at step 3; the live beams are
+    # then "A A A" (0.08) and "A A B" (0.06): neither can beat 0.135, so the search stops there.
     assert [h.tokens for h in hypotheses] == [[B], [A, B]]
     assert [h.score for h in hypotheses] == pytest.approx([math.log(0.36), math.log(0.135)])
 
@@ -226,6 +296,65 @@ def test_batched_beam_search_equals_one_sentence_at_a_time(index):
             assert EOS not in h.tokens and BOS not in h.tokens and PAD not in h.tokens
     greedy = greedy_search(model, src, mask, max_len_a=1.0, max_len_b=4)
     assert any(b[0].tokens != g.tokens for b, g in zip(batched, greedy))  # the beams mattered
+
+
+def exhaustive_beam_search(model, src, mask, K, alpha, max_len_a, max_len_b, n_best):
+    """Beam search on one unpadded sentence as a plain loop *without* a stopping rule: every beam
+    is followed to the length limit. Same pruning as attnmt.search: of the 2K best continuations,
+    EOS in the top K ends a hypothesis and the K best others go on. Returns the n_best best
+    finished (tokens, score, normalized score), best first."""
+    limit = int(max_len_a * mask.shape[1] + max_len_b)
+    with torch.no_grad():
+        encoded = model.encode(src, mask).index_select(torch.zeros(K, dtype=torch.long))
+        state = model.init_decoder_state(encoded)
+        scores = torch.full((K,), float("-inf"), dtype=torch.float64)
+        scores[0] = 0.0
+        beams, prev, finished = [[] for _ in range(K)], torch.full((K,), BOS), []
+        for step in range(limit + 1):
+            log_probs, _, state = model.decode_step(prev, state, encoded, step)
+            log_probs = log_probs.double()
+            log_probs[:, [PAD, BOS]] = float("-inf")
+            if step == limit:
+                log_probs[:, [t for t in range(VOCAB) if t != EOS]] = float("-inf")
+            top_scores, top_index = (scores.unsqueeze(1) + log_probs).view(-1).topk(2 * K)
+            going_on = []
+            for rank, (score, index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
+                beam, token = divmod(index, VOCAB)
+                if token == EOS:
+                    if rank < K and score > float("-inf"):
+                        finished.append((beams[beam], score, score / length_penalty(len(beams[beam]) + 1, alpha)))
+                elif len(going_on) < K:
+                    going_on.append((beam, token, score))
+            rows = torch.tensor([beam for beam, _, _ in going_on])
+            state = state.index_select(rows)
+            beams = [beams[beam] + [token] for beam, token, _ in going_on]
+            scores = torch.tensor([score for _, _, score in going_on], dtype=torch.float64)
+            prev = torch.tensor([token for _, token, _ in going_on])
+    return sorted(finished, key=lambda h: -h[2])[:n_best]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+@pytest.mark.parametrize("index", range(len(MODELS)), ids=MODEL_IDS)
+def test_stopping_early_finds_what_following_every_beam_to_the_limit_finds(index, alpha):
+    """The stopping rule is exact: the batched search returns the n_best hypotheses of the same
+    beam search run to the length limit, and still stops before the limit for some sentences."""
+    model = half_trained_model(index)
+    src, mask = random_sources(lengths=(5, 2, 7, 1, 4, 6))
+    calls = []
+    original_step = model.decode_step
+    model.decode_step = lambda prev, *args: calls.append(len(prev)) or original_step(prev, *args)
+    try:
+        found = beam_search(model, src, mask, beam_size=3, alpha=alpha, n_best=2, max_len_a=1.0, max_len_b=6)
+    finally:
+        del model.decode_step
+    for i, length in enumerate(mask.sum(1).tolist()):
+        expected = exhaustive_beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], 3, alpha,
+                                          1.0, 6, 2)
+        assert [h.tokens for h in found[i]] == [tokens for tokens, _, _ in expected]
+        assert [h.score for h in found[i]] == pytest.approx([score for _, score, _ in expected], abs=1e-5)
+        assert [h.normalized_score for h in found[i]] == pytest.approx([n for _, _, n in expected], abs=1e-5)
+    # Fewer rows decoded than if every sentence's K beams had run to its limit (length + 6 + 1 steps).
+    assert sum(calls) < 3 * sum(length + 7 for length in mask.sum(1).tolist())
 
 
 def test_batched_greedy_equals_one_sentence_at_a_time():

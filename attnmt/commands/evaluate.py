@@ -5,9 +5,15 @@ signatures are printed). Writes the outputs to RUN/hyps-<split>[-beamK].txt, the
 RUN/eval-<split>[-beamK].json, and the attention of the first N sentences to
 RUN/examples/<split>-NNN.png (source words as columns, output words as rows).
 
+With several beam sizes (--beam 1 5 10 20 50) it decodes the split once per beam size and prints
+a table of BLEU, chrF, average output length (words), output/reference length ratio and decoding
+time per beam size, written to RUN/beam-<split>.json and RUN/beam-<split>.md (plus the hyps file
+of each beam size); perplexity does not depend on the beam and is computed once.
+
 Examples:
   attnmt evaluate runs/sdp                       # test_2016_flickr, greedy, best.pt
   attnmt evaluate runs/sdp --beam 5 --checkpoint last -n 5
+  attnmt evaluate runs/sdp --beam 1 5 10 20 50   # the beam-size table
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="split to score: a Multi30k split name (test_2016_flickr, val, ...), or a name "
                              "from the config's data.test section; 'test' = the first test set (default)")
     parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint (default best)")
-    parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default: the run's search.beam, 1 = greedy)")
+    parser.add_argument("--beam", type=int, nargs="+", default=None, metavar="K",
+                        help="beam size (default: the run's search.beam, 1 = greedy); several sizes give "
+                             "the beam-size table")
     parser.add_argument("-n", "--examples", type=int, default=3, metavar="N",
-                        help="print N examples and plot the attention of the first N sentences (default 3)")
+                        help="print N examples and plot the attention of the first N sentences (default 3; "
+                             "one beam size only)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
     parser.add_argument("--no-merge-pieces", action="store_true",
                         help="plot subword pieces instead of merging them into words")
@@ -32,44 +41,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
-    from attnmt.config import RunConfig
-    from attnmt.data import load_split
-    from attnmt.data.atomic import write_bytes_atomic
     from attnmt.errors import ConfigError
-    from attnmt.evaluation import evaluate_corpus
-    from attnmt.plotting import plot_attention
-    from attnmt.translator import Translator, checkpoint_path
 
-    if args.beam is not None and args.beam < 1:
-        raise ConfigError(f"--beam must be >= 1, got {args.beam}")
+    beams = list(dict.fromkeys(args.beam)) if args.beam else [None]
+    if any(beam is not None and beam < 1 for beam in beams):
+        raise ConfigError(f"--beam must be >= 1, got {' '.join(map(str, args.beam))}")
     if args.examples < 0:
         raise ConfigError(f"-n must be >= 0, got {args.examples}")
-    path = checkpoint_path(args.run_dir, args.checkpoint)
-    run_dir = path.parent
-    translator = Translator.load(path)
-    config = RunConfig.from_dict(translator.config, check_model=False)
-    corpus = load_split(config.data, args.split)
-    split = args.split
-    if config.data.dataset == "multi30k" and split in ("test", "valid"):
-        split = {"test": "test_2016_flickr", "valid": "val"}[split]
-    elif split == "test" and config.data.test and "test" not in config.data.test:
-        split = next(iter(config.data.test))
-    beam = args.beam if args.beam is not None else translator.default_beam
+    if len(beams) > 1:
+        return _beam_table(args, beams)
+    return _single(args, beams[0])
 
-    result = evaluate_corpus(
-        translator, corpus, split=split, beam=beam, batch_size=args.batch_size,
-        max_tokens=config.data.max_tokens, return_attention=args.examples > 0, progress=not args.no_progress,
+
+def _single(args: argparse.Namespace, beam: int | None) -> int:
+    from attnmt.comparison import evaluate_run
+    from attnmt.plotting import plot_attention
+
+    evaluation = evaluate_run(
+        args.run_dir, split=args.split, beam=beam, checkpoint=args.checkpoint, batch_size=args.batch_size,
+        return_attention=args.examples > 0, progress=not args.no_progress,
     )
-    suffix = f"{split}" + (f"-beam{beam}" if beam > 1 else "")
-    hyps_path = run_dir / f"hyps-{suffix}.txt"
-    json_path = run_dir / f"eval-{suffix}.json"
-    write_bytes_atomic(hyps_path, "".join(h + "\n" for h in result.hypotheses).encode("utf-8"))
-    report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict()}
-    progress = translator.checkpoint_info.get("progress") or {}
-    report["step"] = progress.get("step")
-    write_bytes_atomic(json_path, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+    result, report = evaluation.result, evaluation.report
+    run_dir = evaluation.json_path.parent
+    split, beam = result.split, result.beam
 
     plots = []
     for k, translation in enumerate(result.translations[: args.examples], start=1):
@@ -82,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         ))
 
     scores, ppl = result.scores, result.perplexity
-    step = f", step {progress['step']}" if progress.get("step") is not None else ""
-    print(f"run:        {run_dir} ({path.name}{step})")
+    step = f", step {report['step']}" if report.get("step") is not None else ""
+    print(f"run:        {run_dir} ({report['checkpoint']}{step})")
     print(f"split:      {split}, {len(result.sources)} sentences, {'greedy search' if beam == 1 else f'beam {beam}'}")
     print(f"perplexity: {ppl.perplexity:.2f} (loss {ppl.loss:.4f} nats per subword token, {ppl.num_tokens} tokens)")
     print(f"BLEU:       {scores.bleu:.2f}  {scores.bleu_signature}")
@@ -95,5 +89,51 @@ def run(args: argparse.Namespace) -> int:
         print(f"  source:    {result.sources[k]}")
         print(f"  reference: {result.references[k]}")
         print(f"  output:    {result.hypotheses[k]}")
-    print(f"\nwrote {hyps_path}, {json_path}" + (f" and {len(plots)} heatmaps in {run_dir / 'examples'}" if plots else ""))
+    print(f"\nwrote {evaluation.hyps_path}, {evaluation.json_path}"
+          + (f" and {len(plots)} heatmaps in {run_dir / 'examples'}" if plots else ""))
+    return 0
+
+
+def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
+    import json
+
+    from attnmt.comparison import beam_table, compare_beam_sizes, hyps_path, resolve_split
+    from attnmt.config import RunConfig
+    from attnmt.data import batches_for_inference
+    from attnmt.data.atomic import write_bytes_atomic
+    from attnmt.evaluation import perplexity
+    from attnmt.translator import Translator, checkpoint_path
+
+    path = checkpoint_path(args.run_dir, args.checkpoint)
+    run_dir = path.parent
+    translator = Translator.load(path)
+    config = RunConfig.from_dict(translator.config, check_model=False)
+    split, corpus = resolve_split(config.data, args.split)
+    src_ids = translator.tokenizers.src.encode_many(corpus.src)
+    tgt_ids = translator.tokenizers.tgt.encode_many(corpus.tgt)
+    ppl = perplexity(translator.model, batches_for_inference(src_ids, max_tokens=config.data.max_tokens,
+                                                             tgt_ids=tgt_ids))
+    results = compare_beam_sizes(translator, corpus, beams, batch_size=args.batch_size, progress=not args.no_progress)
+    for result in results:
+        write_bytes_atomic(hyps_path(run_dir, split, result.beam),
+                           "".join(h + "\n" for h in result.hypotheses).encode("utf-8"))
+
+    step = (translator.checkpoint_info.get("progress") or {}).get("step")
+    table = beam_table(results)
+    header = (f"{run_dir} ({path.name}{f', step {step}' if step is not None else ''}), {split}: "
+              f"{len(corpus)} sentences, length penalty alpha {translator.alpha:g}, "
+              f"perplexity {ppl.perplexity:.2f}")
+    report = {
+        "run": str(run_dir), "checkpoint": path.name, "step": step, "split": split, "num_sentences": len(corpus),
+        "alpha": translator.alpha, "max_len_a": translator.max_len_a, "max_len_b": translator.max_len_b,
+        "perplexity": ppl.perplexity, "loss": ppl.loss, "num_tokens": ppl.num_tokens,
+        "results": [result.to_dict() for result in results],
+    }
+    json_path = write_bytes_atomic(run_dir / f"beam-{split}.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+    markdown = (f"# Beam sizes\n\n{header}. Lengths in words; seconds = decoding time; length ratio = output "
+                f"words / reference words.\n\n{table}\n")
+    md_path = write_bytes_atomic(run_dir / f"beam-{split}.md", markdown.encode("utf-8"))
+    print(header)
+    print(table)
+    print(f"\nwrote {json_path}, {md_path} and the hyps files")
     return 0

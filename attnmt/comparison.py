@@ -1,0 +1,559 @@
+"""Comparing settings: one run's test scores at several beam sizes, and several attention
+mechanisms trained with several seeds (``attnmt evaluate --beam 1 5 10``, ``attnmt compare``).
+
+A comparison of mechanisms is a folder::
+
+    OUT/runs/<mechanism>-seed<N>/     one ordinary run folder per mechanism and seed (attnmt train)
+        eval-<split>[-beamK].json     its test scores (the same file ``attnmt evaluate`` writes)
+    OUT/summary.md, .csv, .json       per mechanism: mean, standard deviation and variance over the
+    OUT/summary.png                   seeds of test perplexity, BLEU and chrF; a bar chart
+
+Runs go seed by seed (seed 1 of every mechanism, then seed 2, ...), so a comparison stopped early
+still compares every mechanism, and the summary is rewritten after every run. Running the same
+comparison again continues it: a run whose training has finished and whose eval json exists is
+reused, a finished run without scores is evaluated, and an interrupted run resumes from its last
+checkpoint (exactly: see attnmt.training).
+
+Statistics over the n runs of a mechanism (values x_1 … x_n)::
+
+    mean = (1/n) Σ x_i,    var = 1/(n−1) Σ (x_i − mean)²,    std = √var
+
+the sample (n − 1) estimates, as ``statistics.variance`` and ``numpy.var(ddof=1)``; undefined
+(NaN, written as an empty cell / null) for a single run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnmt.errors import ConfigError
+
+METRICS = ("perplexity", "bleu", "chrf")
+METRIC_LABELS = {"perplexity": "perplexity", "bleu": "BLEU", "chrf": "chrF"}
+
+
+# ================================================================================================
+# Splits and the scores of one run
+# ================================================================================================
+
+
+def resolve_split(data_config, split: str):
+    """The canonical name of ``split`` and its corpus: ``(name, ParallelCorpus)``.
+
+    For Multi30k "test" is test_2016_flickr and "valid" is val; for a config with named test
+    sets, "test" is the first of them. ConfigError for a split the config does not have.
+    """
+    from attnmt.data import load_split
+
+    corpus = load_split(data_config, split)
+    name = split
+    if data_config.dataset == "multi30k" and split in ("test", "valid"):
+        name = {"test": "test_2016_flickr", "valid": "val"}[split]
+    elif split == "test" and data_config.test and "test" not in data_config.test:
+        name = next(iter(data_config.test))
+    return name, corpus
+
+
+def output_suffix(split: str, beam: int) -> str:
+    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise (names of hyps and eval files)."""
+    return split + (f"-beam{beam}" if beam > 1 else "")
+
+
+def eval_json_path(run_dir: str | Path, split: str, beam: int) -> Path:
+    return Path(run_dir) / f"eval-{output_suffix(split, beam)}.json"
+
+
+def hyps_path(run_dir: str | Path, split: str, beam: int) -> Path:
+    return Path(run_dir) / f"hyps-{output_suffix(split, beam)}.txt"
+
+
+@dataclass
+class RunEvaluation:
+    """What ``evaluate_run`` computed and wrote."""
+
+    report: dict[str, Any]  # the eval json: run, checkpoint, split, beam, perplexity, bleu, chrf, ...
+    result: Any  # attnmt.evaluation.CorpusEvaluation (with the translations)
+    translator: Any  # attnmt.translator.Translator
+    json_path: Path
+    hyps_path: Path
+
+
+def evaluate_run(
+    run: str | Path,
+    split: str = "test",
+    beam: int | None = None,
+    checkpoint: str = "best",
+    batch_size: int | None = None,
+    return_attention: bool = False,
+    progress: bool = False,
+) -> RunEvaluation:
+    """Score a run folder (or checkpoint file) on ``split``; write RUN/hyps-<split>[-beamK].txt and
+    RUN/eval-<split>[-beamK].json. ``beam`` None = the run's ``search.beam``."""
+    from attnmt.config import RunConfig
+    from attnmt.data.atomic import write_bytes_atomic
+    from attnmt.evaluation import evaluate_corpus
+    from attnmt.translator import Translator, checkpoint_path
+
+    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
+        raise ConfigError(f"beam must be an integer >= 1, got {beam!r}")
+    path = checkpoint_path(run, checkpoint)
+    run_dir = path.parent
+    translator = Translator.load(path)
+    config = RunConfig.from_dict(translator.config, check_model=False)
+    name, corpus = resolve_split(config.data, split)
+    beam = translator.default_beam if beam is None else beam
+    result = evaluate_corpus(
+        translator, corpus, split=name, beam=beam, batch_size=batch_size, max_tokens=config.data.max_tokens,
+        return_attention=return_attention, progress=progress,
+    )
+    hyps_file, json_file = hyps_path(run_dir, name, beam), eval_json_path(run_dir, name, beam)
+    write_bytes_atomic(hyps_file, "".join(h + "\n" for h in result.hypotheses).encode("utf-8"))
+    report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict()}
+    report["step"] = (translator.checkpoint_info.get("progress") or {}).get("step")
+    write_bytes_atomic(json_file, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+    return RunEvaluation(report, result, translator, json_file, hyps_file)
+
+
+# ================================================================================================
+# Beam sizes
+# ================================================================================================
+
+
+@dataclass
+class BeamResult:
+    """Scores of one beam size on a corpus. Lengths are whitespace-separated words."""
+
+    beam: int
+    bleu: float
+    chrf: float
+    bleu_lowercase: float
+    average_length: float  # mean output length
+    length_ratio: float  # total output words / total reference words
+    seconds: float  # decoding time (translation only, not the scoring)
+    num_sentences: int
+    hypotheses: list[str] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values.pop("hypotheses")
+        return values
+
+
+def compare_beam_sizes(
+    translator,
+    corpus,
+    beams: Sequence[int],
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> list[BeamResult]:
+    """Decode ``corpus.src`` with each beam size (1 = greedy) and score against ``corpus.tgt``.
+
+    ``seconds`` is the wall-clock time of ``translator.translate`` alone.
+    """
+    from attnmt.evaluation import corpus_scores
+
+    beams = list(beams)
+    if not beams or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in beams):
+        raise ConfigError(f"beam sizes must be integers >= 1, got {beams!r}")
+    reference_words = sum(len(reference.split()) for reference in corpus.tgt)
+    results = []
+    for beam in beams:
+        started = time.perf_counter()
+        translations = translator.translate(corpus.src, beam=beam, batch_size=batch_size, progress=progress)
+        seconds = time.perf_counter() - started
+        outputs = [t.output for t in translations]
+        scores = corpus_scores(outputs, corpus.tgt)
+        words = sum(len(output.split()) for output in outputs)
+        results.append(BeamResult(
+            beam=beam, bleu=scores.bleu, chrf=scores.chrf, bleu_lowercase=scores.bleu_lowercase,
+            average_length=words / max(len(outputs), 1), length_ratio=words / max(reference_words, 1),
+            seconds=seconds, num_sentences=len(outputs), hypotheses=outputs,
+        ))
+    return results
+
+
+BEAM_HEADERS = ["beam", "BLEU", "chrF", "avg length", "length ratio", "seconds", "sentences/s"]
+
+
+def beam_table(results: Sequence[BeamResult]) -> str:
+    """The Markdown table of ``compare_beam_sizes``'s results."""
+    from attnmt.evaluation import format_table
+
+    rows = [
+        [r.beam, r.bleu, r.chrf, r.average_length, r.length_ratio, r.seconds, r.num_sentences / max(r.seconds, 1e-9)]
+        for r in results
+    ]
+    return format_table(BEAM_HEADERS, rows)
+
+
+# ================================================================================================
+# Statistics over runs
+# ================================================================================================
+
+
+@dataclass
+class Statistics:
+    """Mean, sample standard deviation and sample variance of n values (NaN std/var for n < 2)."""
+
+    n: int
+    mean: float
+    std: float
+    var: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Statistics":
+        values = [float(v) for v in values]
+        if not values:
+            return cls(0, math.nan, math.nan, math.nan)
+        if len(values) == 1:
+            return cls(1, values[0], math.nan, math.nan)
+        variance = statistics.variance(values)
+        return cls(len(values), statistics.fmean(values), math.sqrt(variance), variance)
+
+
+def _number(value: float, digits: int = 2) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _mean_std(stats: Statistics, digits: int = 2) -> str:
+    if stats.n == 0:
+        return "–"
+    if stats.n == 1:
+        return _number(stats.mean, digits)
+    return f"{stats.mean:.{digits}f} ± {stats.std:.{digits}f}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+def _json_number(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+# ================================================================================================
+# Mechanisms over seeds
+# ================================================================================================
+
+
+@dataclass
+class RunOutcome:
+    """One (mechanism, seed) run of a comparison and its test scores."""
+
+    mechanism: str
+    seed: int
+    run_dir: Path
+    status: str  # "reused", "evaluated", "trained", "resumed"
+    perplexity: float
+    bleu: float
+    chrf: float
+    step: int | None
+    seconds: float  # this session's training + evaluation time (0 for a reused run)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["run_dir"] = str(self.run_dir)
+        return values
+
+
+@dataclass
+class Comparison:
+    """The settings and the finished runs of a comparison (``compare_mechanisms``)."""
+
+    out: Path
+    config: str
+    mechanisms: list[str]
+    runs: int
+    split: str
+    beam: int
+    limits: dict[str, Any]
+    set_options: list[str]
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+    def statistics(self) -> dict[str, dict[str, Statistics]]:
+        """mechanism -> metric -> Statistics over its finished runs (mechanisms without any omitted)."""
+        table = {}
+        for mechanism in self.mechanisms:
+            runs = [o for o in self.outcomes if o.mechanism == mechanism]
+            if runs:
+                table[mechanism] = {metric: Statistics.of([getattr(o, metric) for o in runs]) for metric in METRICS}
+        return table
+
+    def summary_table(self) -> str:
+        """Markdown: per mechanism, mean ± std and variance of each metric."""
+        from attnmt.evaluation import format_table
+
+        headers = ["attention", "runs"]
+        for metric in METRICS:
+            headers += [f"{METRIC_LABELS[metric]} (mean ± std)", f"{METRIC_LABELS[metric]} var"]
+        rows = []
+        for mechanism, by_metric in self.statistics().items():
+            row: list[Any] = [mechanism, by_metric[METRICS[0]].n]
+            for metric in METRICS:
+                stats = by_metric[metric]
+                row += [_mean_std(stats), stats.var]
+            rows.append(row)
+        return format_table(headers, rows)
+
+    def runs_table(self) -> str:
+        from attnmt.evaluation import format_table
+
+        rows = [[o.mechanism, o.seed, o.perplexity, o.bleu, o.chrf, "–" if o.step is None else o.step, str(o.run_dir)]
+                for o in self.outcomes]
+        return format_table(["attention", "seed", "perplexity", "BLEU", "chrF", "steps", "run"], rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "mechanisms": self.mechanisms,
+            "runs_per_mechanism": self.runs,
+            "split": self.split,
+            "beam": self.beam,
+            "limits": self.limits,
+            "set": self.set_options,
+            "statistics": {
+                mechanism: {
+                    metric: {"n": s.n, "mean": _json_number(s.mean), "std": _json_number(s.std),
+                             "var": _json_number(s.var)}
+                    for metric, s in by_metric.items()
+                }
+                for mechanism, by_metric in self.statistics().items()
+            },
+            "runs": [o.to_dict() for o in self.outcomes],
+        }
+
+
+def training_finished(run_dir: str | Path) -> bool:
+    """True when the run's metrics.jsonl ends with the trainer's final ``summary`` record."""
+    from attnmt.training import METRICS as METRICS_FILE
+
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (FileNotFoundError, UnicodeDecodeError):
+        return False
+    if not lines:
+        return False
+    try:
+        return json.loads(lines[-1]).get("type") == "summary"
+    except (json.JSONDecodeError, AttributeError):
+        return False  # a line cut short by a kill: the run did not finish
+
+
+def _saved_config(run_dir: Path) -> dict | None:
+    from attnmt.config import yaml_load
+    from attnmt.training import CONFIG_FILE
+
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        return None
+    return yaml_load(path.read_text(encoding="utf-8"))
+
+
+def _check_same_config(run_dir: Path, requested) -> Any:
+    """The config to continue ``run_dir`` with: its own, with the requested limits; ConfigError when
+    the comparison asks for a different one (another data set, model, lr, ...)."""
+    from attnmt.training import resolve_resume_config
+
+    saved = _saved_config(run_dir)
+    if saved is None:
+        return requested
+    try:
+        return resolve_resume_config(saved, requested, {})
+    except ConfigError as error:
+        raise ConfigError(
+            f"{run_dir}: this run was made with another config than the comparison asks for now "
+            f"({error}). Use another --out, or the settings the comparison was started with."
+        ) from None
+
+
+def run_folder(out: str | Path, mechanism: str, seed: int) -> Path:
+    return Path(out) / "runs" / f"{mechanism}-seed{seed}"
+
+
+def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable[[str], None],
+                  show_progress: bool, verbose: bool) -> tuple[str, dict[str, Any]]:
+    """Bring one run of a comparison to an eval json, doing only what is missing; returns
+    (status, eval report). status: "reused" (trained and scored before), "evaluated" (trained
+    before), "resumed" (from its last.pt) or "trained"."""
+    from attnmt.training import LAST, Trainer
+
+    report_path = eval_json_path(run_dir, split, beam)
+    finished = training_finished(run_dir)
+    started_before = run_dir.is_dir() and any(run_dir.iterdir())
+    config = _check_same_config(run_dir, requested) if started_before else requested
+    if finished and report_path.is_file():
+        return "reused", json.loads(report_path.read_text(encoding="utf-8"))
+    if finished:
+        status = "evaluated"
+        log(f"training finished earlier, evaluating {run_dir}")
+    else:
+        # A folder without last.pt was stopped before its first checkpoint: Trainer(resume=True)
+        # starts it again, as a new run.
+        status = "resumed" if (run_dir / LAST).is_file() else "trained"
+        log(f"{'resuming' if status == 'resumed' else 'restarting' if started_before else 'training'} {run_dir}")
+        Trainer(config, run_dir, resume=started_before, show_progress=show_progress, verbose=verbose).run()
+    return status, evaluate_run(run_dir, split=split, beam=beam, progress=show_progress).report
+
+
+def compare_mechanisms(
+    config_path: str | Path,
+    mechanisms: Sequence[str],
+    runs: int,
+    out: str | Path,
+    split: str = "test",
+    beam: int = 1,
+    limits: dict[str, Any] | None = None,
+    set_options: Sequence[str] = (),
+    show_progress: bool = True,
+    verbose: bool = False,
+    log: Callable[[str], None] = print,
+) -> Comparison:
+    """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
+    run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
+
+    limits: ``{"max_epochs": N, "max_steps": N, "max_minutes": M}`` (None values ignored), per run.
+    set_options: ``["section.key=value", ...]`` as ``attnmt train --set``.
+    log: receives one line when a run starts and one when it is done, with its scores.
+    """
+    from attnmt.config import load_config
+
+    mechanisms = [str(m) for m in mechanisms]
+    if not mechanisms:
+        raise ConfigError("give at least one attention mechanism to compare")
+    duplicated = sorted({m for m in mechanisms if mechanisms.count(m) > 1})
+    if duplicated:
+        raise ConfigError(f"--attention names {', '.join(duplicated)} more than once")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ConfigError(f"--runs must be an integer >= 1, got {runs!r}")
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise ConfigError(f"--beam must be an integer >= 1, got {beam!r}")
+    limits = {key: value for key, value in (limits or {}).items() if value is not None}
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a folder; choose another --out")
+
+    def config_for(mechanism: str, seed: int):
+        return load_config(config_path, {"attention": mechanism, "seed": seed, **limits}, list(set_options))
+
+    # Every mechanism name and the split are checked before anything is trained.
+    first = {mechanism: config_for(mechanism, 1) for mechanism in mechanisms}
+    split_name, _ = resolve_split(first[mechanisms[0]].data, split)
+
+    comparison = Comparison(
+        out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
+        limits=limits, set_options=list(set_options),
+    )
+    total = len(mechanisms) * runs
+    number = 0
+    for seed in range(1, runs + 1):
+        for mechanism in mechanisms:
+            number += 1
+            label = f"[{number}/{total}] {mechanism} seed {seed}"
+            run_dir = run_folder(out, mechanism, seed)
+            requested = first[mechanism] if seed == 1 else config_for(mechanism, seed)
+            started = time.perf_counter()
+            status, report = _complete_run(
+                run_dir, requested, split_name, beam, lambda what: log(f"{label}: {what}"), show_progress, verbose
+            )
+            outcome = RunOutcome(
+                mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
+                perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),
+                step=report.get("step"), seconds=time.perf_counter() - started if status != "reused" else 0.0,
+            )
+            comparison.outcomes.append(outcome)
+            took = f" in {_duration(outcome.seconds)}" if status != "reused" else ""
+            log(
+                f"{label}: {status}{took}: {split_name} perplexity {outcome.perplexity:.2f}, "
+                f"BLEU {outcome.bleu:.2f}, chrF {outcome.chrf:.2f}"
+                + (f" (step {outcome.step})" if outcome.step is not None else "")
+            )
+            write_summary(comparison)
+    return comparison
+
+
+# ================================================================================================
+# Summary files
+# ================================================================================================
+
+
+def write_summary(comparison: Comparison) -> dict[str, Path]:
+    """Write summary.md, summary.csv, summary.json and summary.png into ``comparison.out``."""
+    from attnmt.data.atomic import write_bytes_atomic
+
+    out = comparison.out
+    beam = "greedy search" if comparison.beam == 1 else f"beam {comparison.beam}"
+    markdown = (
+        f"# Attention mechanisms compared\n\n"
+        f"config `{comparison.config}`; {comparison.split}, {beam}; seeds 1–{comparison.runs}"
+        + (f"; limits {', '.join(f'{k}={v}' for k, v in comparison.limits.items())}" if comparison.limits else "")
+        + (f"; set {', '.join(comparison.set_options)}" if comparison.set_options else "")
+        + "\n\nMean ± sample standard deviation and sample variance (n − 1) over the runs.\n\n"
+        + comparison.summary_table()
+        + "\n\n## Runs\n\n"
+        + comparison.runs_table()
+        + "\n\n![summary](summary.png)\n"
+    )
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    header = ["attention", "runs"] + [f"{metric}_{stat}" for metric in METRICS for stat in ("mean", "std", "var")]
+    writer.writerow(header)
+    for mechanism, by_metric in comparison.statistics().items():
+        row: list[Any] = [mechanism, by_metric[METRICS[0]].n]
+        for metric in METRICS:
+            stats = by_metric[metric]
+            row += ["" if math.isnan(v) else repr(float(v)) for v in (stats.mean, stats.std, stats.var)]
+        writer.writerow(row)
+    paths = {
+        "md": write_bytes_atomic(out / "summary.md", markdown.encode("utf-8")),
+        "csv": write_bytes_atomic(out / "summary.csv", buffer.getvalue().encode("utf-8")),
+        "json": write_bytes_atomic(
+            out / "summary.json", (json.dumps(comparison.to_dict(), indent=2) + "\n").encode("utf-8")
+        ),
+        "png": write_bytes_atomic(out / "summary.png", summary_plot_png(comparison)),
+    }
+    return paths
+
+
+def summary_plot_png(comparison: Comparison) -> bytes:
+    """A bar chart per metric: the mean over runs per mechanism, error bars ± one standard
+    deviation, and each run as a dot. matplotlib's Figure API with the Agg canvas (no pyplot)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    table = comparison.statistics()
+    names = list(table)
+    figure = Figure(figsize=(3.2 * len(METRICS) + 0.4 * max(len(names) - 3, 0) * len(METRICS), 3.6), dpi=120)
+    FigureCanvasAgg(figure)
+    positions = np.arange(len(names))
+    for column, metric in enumerate(METRICS, start=1):
+        axes = figure.add_subplot(1, len(METRICS), column)
+        means = [table[name][metric].mean for name in names]
+        errors = [0.0 if math.isnan(table[name][metric].std) else table[name][metric].std for name in names]
+        axes.bar(positions, means, yerr=errors, capsize=4, color="#9ecae1", edgecolor="#3182bd", linewidth=0.8)
+        for position, name in zip(positions, names):
+            values = [getattr(o, metric) for o in comparison.outcomes if o.mechanism == name]
+            axes.plot([position] * len(values), values, "o", color="#08519c", markersize=3, zorder=3)
+        axes.set_xticks(positions)
+        axes.set_xticklabels(names, rotation=30, ha="right")
+        axes.set_title(METRIC_LABELS[metric] + (" (lower is better)" if metric == "perplexity" else ""), fontsize=10)
+        axes.set_ylim(bottom=0.0)  # every metric is >= 0: bars start at 0, not at the smallest one
+        axes.grid(axis="y", color="#dddddd", linewidth=0.6)
+        axes.set_axisbelow(True)
+    counts = sorted({s[METRICS[0]].n for s in table.values()})
+    runs = "no" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    figure.suptitle(f"{comparison.split}: mean ± standard deviation over {runs} runs (dots: single runs)", fontsize=11)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": "attnmt"})
+    return buffer.getvalue()

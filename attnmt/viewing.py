@@ -1,0 +1,127 @@
+"""Examples for the HTML attention viewer (``attnmt view``): translations with their attention,
+per head when the model has several.
+
+For each source sentence the translator's search (greedy or beam) gives the output and its
+attention ``[T, S]`` — the weights each output token put on the source pieces, EOS included on
+both sides. Models with several heads also get one matrix per head, computed by *force-decoding*
+the produced output: ``model.forward(src, src_mask, tgt_in = BOS + output tokens,
+return_attention="heads")`` under teacher forcing reproduces the weights of the incremental
+search step by step (the decoder sees exactly the tokens it produced), and returns
+
+    RNN with the ``multihead`` mechanism:  [1, h, T, S]          -> "head 1" … "head h"
+    Transformer:                            [1, N_dec, h, T, S]   -> "layer l / head j"
+
+plus "average", the matrix the search itself reports (the mean over the heads — of the last
+decoder layer for a Transformer), which the viewer shows first. Matrices over subword pieces are
+merged into words (``attnmt.plotting.merge_subwords``: summed over a source word's pieces,
+averaged over an output word's pieces) unless ``merge_pieces`` is False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
+    """Per-head cross-attention of the output ``out_ids`` (ending with EOS) given ``src_ids``
+    (ending with EOS), by teacher forcing on BOS + out_ids[:-1].
+
+    Returns ``{"head 1": [T, S], ...}`` (RNN) or ``{"layer 1 / head 1": [T, S], ...}`` (Transformer),
+    T = len(out_ids), S = len(src_ids), in float64; None for a model with a single head.
+    """
+    import torch
+
+    from attnmt.data.tokenizer import BOS_ID
+
+    heads = getattr(model, "attention_heads", 1) or 1
+    model_type = getattr(model, "model_type", None)
+    if model_type != "transformer" and heads <= 1:
+        return None
+    src = torch.tensor([list(src_ids)], dtype=torch.long)
+    src_mask = torch.ones_like(src, dtype=torch.bool)
+    tgt_in = torch.tensor([[BOS_ID] + list(out_ids)[:-1]], dtype=torch.long)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            _, weights = model(src, src_mask, tgt_in, return_attention="heads")
+    finally:
+        model.train(was_training)
+    weights = weights[0].double().numpy()
+    if weights.ndim == 4:  # [N_dec, h, T, S]
+        return {
+            f"layer {layer + 1} / head {head + 1}": weights[layer, head]
+            for layer in range(weights.shape[0])
+            for head in range(weights.shape[1])
+        }
+    return {f"head {head + 1}": weights[head] for head in range(weights.shape[0])}  # [h, T, S]
+
+
+def view_examples(
+    translator,
+    sources: Sequence[str],
+    references: Sequence[str] | None = None,
+    beam: int | None = None,
+    merge_pieces: bool = True,
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Translate ``sources`` and return one ``write_attention_viewer`` example dict per sentence.
+
+    Each has the source, output and reference texts, the tokens (words, or pieces when
+    ``merge_pieces`` is False, EOS shown as ``</s>``), ``weights`` [T, S] for a single-head model or
+    ``heads`` {"average", per-head matrices} (module docstring), and ``meta``: sentence BLEU
+    (sacrebleu, against the reference), the log-probability of the output and the beam size.
+    """
+    from sacrebleu.metrics import BLEU
+
+    from attnmt.plotting import merge_subwords
+
+    if references is not None and len(references) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    beam = translator.default_beam if beam is None else beam
+    translations = translator.translate(
+        list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
+    )
+    src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
+    sentence_bleu = BLEU(effective_order=True)
+    examples = []
+    for index, translation in enumerate(translations):
+        src_pieces, out_pieces = translation.src_pieces, translation.out_pieces
+        matrices: dict[str, np.ndarray] = {"average": np.asarray(translation.attention, dtype=np.float64)}
+        heads = force_decoded_heads(
+            translator.model,
+            [src_tok.piece_to_id(piece) for piece in src_pieces],
+            [tgt_tok.piece_to_id(piece) for piece in out_pieces],
+        )
+        if heads is not None:
+            matrices.update(heads)
+        src_tokens, out_tokens = list(src_pieces), list(out_pieces)
+        if merge_pieces:
+            merged = {}
+            for name, matrix in matrices.items():
+                merged[name], src_tokens, out_tokens = merge_subwords(matrix, src_pieces, out_pieces)
+            matrices = merged
+        meta: dict[str, Any] = {}
+        reference = None if references is None else references[index]
+        if reference is not None:
+            meta["BLEU"] = round(sentence_bleu.sentence_score(translation.output, [reference]).score, 1)
+        meta["log P"] = round(translation.score, 2)
+        meta["beam"] = beam
+        example: dict[str, Any] = {
+            "source": translation.source,
+            "output": translation.output,
+            "reference": reference,
+            "src_tokens": src_tokens,
+            "out_tokens": out_tokens,
+            "meta": meta,
+        }
+        if heads is None:
+            example["weights"] = matrices["average"]
+        else:
+            example["heads"] = matrices
+        examples.append(example)
+    return examples

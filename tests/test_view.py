@@ -1,0 +1,122 @@
+"""``attnmt view``: one self-contained HTML page of translations and their attention, per head for
+multi-head models, on tiny runs trained here on made-up data (test_training's helpers)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnmt.cli import main as cli_main
+from attnmt.plotting import merge_subwords
+from attnmt.translator import Translator
+from attnmt.viewing import force_decoded_heads, view_examples
+from test_training import run_trainer, tiny_config, write_corpus
+
+MODELS = {
+    "sdp": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "scaled_dot"},
+    "multihead": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "multihead",
+                  "attention_options": {"num_heads": 2}},
+    "transformer": {"type": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1,
+                    "decoder_layers": 2, "dropout": 0.1},
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def tiny_run(request, tmp_path_factory) -> tuple[str, Path]:
+    """A run of a few steps (the outputs are poor, which is fine: only shapes and numbers matter)."""
+    folder = tmp_path_factory.mktemp(f"view-{request.param}")
+    config = tiny_config(folder, train_pairs=60, valid_pairs=5, max_steps=4, bleu_max_sentences=0, examples=0)
+    config["model"] = MODELS[request.param]
+    config["data"]["test"] = {"made_up": write_corpus(folder, "test", 8, seed=3)}
+    config["search"] = {"max_len_a": 1.0, "max_len_b": 3}
+    run_trainer(folder, config)
+    return request.param, folder / "run"
+
+
+def _viewer_data(page: str) -> dict:
+    """The JSON the page's script reads (every example with its matrices)."""
+    match = re.search(r'<script type="application/json" id="attnmt-data">(.*?)</script>', page, re.DOTALL)
+    assert match is not None, "no embedded example data found in the page"
+    return json.loads(match.group(1))
+
+
+def test_view_writes_one_page_with_n_examples_of_the_right_sizes(tiny_run, capsys):
+    name, run = tiny_run
+    assert cli_main(["view", str(run), "-n", "5", "--no-progress"]) == 0
+    page_path = run / "view-made_up.html"
+    assert f"wrote {page_path}: 5 examples" in capsys.readouterr().out
+    page = page_path.read_text(encoding="utf-8")
+    assert page.count('class="example"') == 5
+    assert "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page  # self-contained
+    data = _viewer_data(page)["examples"]
+    assert len(data) == 5
+    expected_names = {
+        "sdp": ["weights"],
+        "multihead": ["average", "head 1", "head 2"],
+        "transformer": ["average"] + [f"layer {l} / head {h}" for l in (1, 2) for h in (1, 2)],
+    }[name]
+    for example in data:
+        assert [matrix_name for matrix_name, _ in example["matrices"]] == expected_names
+        assert example["src"][-1] == "</s>" and example["out"][-1] == "</s>"
+        # Words: no piece marker left, except a bare "▁" piece that stands alone.
+        assert not any(token.startswith("\u2581") and token != "\u2581" for token in example["src"] + example["out"])
+        for _, matrix in example["matrices"]:
+            assert np.asarray(matrix).shape == (len(example["out"]), len(example["src"]))
+            np.testing.assert_allclose(np.asarray(matrix).sum(axis=1), 1.0, atol=2e-3)  # rows: distributions
+        assert dict(example["meta"])["beam"] == "1" and "BLEU" in dict(example["meta"])
+        assert example["reference"]
+
+    # Refuses to overwrite; --pieces keeps subword pieces; --out and --beam.
+    assert cli_main(["view", str(run), "-n", "2", "--no-progress"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    other = run.parent / "pieces.html"
+    assert cli_main(["view", str(run), "-n", "2", "--pieces", "--beam", "3", "--out", str(other),
+                     "--split", "made_up", "--no-progress"]) == 0
+    pieces = _viewer_data(other.read_text(encoding="utf-8"))["examples"]
+    assert len(pieces) == 2 and dict(pieces[0]["meta"])["beam"] == "3"
+    assert any(token.startswith("\u2581") for token in pieces[0]["src"])
+
+
+def test_per_head_weights_reproduce_the_search_attention(tiny_run):
+    """Force-decoding the output gives per-head weights whose mean (over the last layer's heads)
+    is the attention the search reported, and merging pieces is merge_subwords on each matrix."""
+    name, run = tiny_run
+    translator = Translator.load(run)
+    sources = ["Ein hund läuft im park.", "Der mann spielt ball auf rot."]
+    examples = view_examples(translator, sources, merge_pieces=False, beam=2)
+    translations = translator.translate(sources, beam=2, return_attention=True)
+    for example, translation in zip(examples, translations):
+        assert example["src_tokens"] == translation.src_pieces and example["out_tokens"] == translation.out_pieces
+        if name == "sdp":
+            np.testing.assert_allclose(example["weights"], translation.attention, atol=1e-6)
+            continue
+        heads = example["heads"]
+        np.testing.assert_allclose(heads["average"], translation.attention, atol=1e-6)
+        if name == "multihead":
+            mean = np.mean([heads["head 1"], heads["head 2"]], axis=0)
+        else:
+            mean = np.mean([heads["layer 2 / head 1"], heads["layer 2 / head 2"]], axis=0)
+        np.testing.assert_allclose(mean, translation.attention, atol=1e-5)
+    merged = view_examples(translator, sources[:1], merge_pieces=True, beam=2)[0]
+    for matrix_name, matrix in (merged.get("heads") or {"weights": merged.get("weights")}).items():
+        source = examples[0]["heads"][matrix_name] if "heads" in examples[0] else examples[0]["weights"]
+        expected, src_words, out_words = merge_subwords(source, examples[0]["src_tokens"], examples[0]["out_tokens"])
+        np.testing.assert_allclose(matrix, expected, atol=1e-6)  # one sentence decoded alone: float noise
+        assert merged["src_tokens"] == src_words and merged["out_tokens"] == out_words
+
+
+def test_single_head_models_have_no_per_head_matrices(tiny_run):
+    name, run = tiny_run
+    translator = Translator.load(run)
+    heads = force_decoded_heads(translator.model, [5, 6, 3], [7, 3])
+    if name == "sdp":
+        assert heads is None
+    else:
+        assert all(matrix.shape == (2, 3) for matrix in heads.values())
+        assert len(heads) == {"multihead": 2, "transformer": 4}[name]
+    assert torch.is_grad_enabled()
