@@ -9,7 +9,8 @@ feeds the recurrence and so must loop over time, are measured at the same sizes 
 
 A Multi30k-like batch by default: B = 64 sentences, source and target lengths around 20 (random
 between 16 and 24, padded), vocabulary 8000, embeddings 256, hidden 512, scaled dot-product
-attention. Most of the time goes to the output layer, [B·T, 2H] × [2H, V], the same work in
+attention; then a small model (vocabulary 2000, embeddings 64, hidden 128) on the same batch
+shape, where per-step overheads weigh more than arithmetic. Most of the time goes to the output layer, [B·T, 2H] × [2H, V], the same work in
 both methods; two variants show what remains: tied embeddings (the output goes through a
 2H → E projection) and CPU bfloat16 autocast (a trainer option, not a model one). Each variant
 is compared with the step loop of the same model in the same arithmetic. Every method runs
@@ -102,46 +103,35 @@ def write_json_atomic(path: Path, data) -> None:
     os.replace(handle.name, path)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--length", type=int, default=20, help="typical source and target length")
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--embed", type=int, default=256)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--attention", default="scaled_dot")
-    parser.add_argument("--cell", default="lstm")
-    parser.add_argument("--dropout", type=float, default=0.3)
-    parser.add_argument("--repeats", type=int, default=5, help="timed batches per method (median kept)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 repeats (smoke test)")
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.batch, args.length, args.vocab, args.embed, args.hidden, args.repeats = 8, 8, 200, 16, 32, 2
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+SIZES = {
+    "multi30k": dict(vocab=8000, embed=256, hidden=512),
+    "small": dict(vocab=2000, embed=64, hidden=128),
+    "tiny": dict(vocab=200, embed=16, hidden=32),
+}
 
-    base = dict(type="rnn", embed_dim=args.embed, hidden_dim=args.hidden, attention=args.attention,
+
+def measure(sizes: dict, args) -> dict:
+    """Time every method at one model size; print the table; return the JSON record."""
+    vocab = sizes["vocab"]
+    torch.manual_seed(0)
+    base = dict(type="rnn", embed_dim=sizes["embed"], hidden_dim=sizes["hidden"], attention=args.attention,
                 cell=args.cell, dropout=args.dropout)
-    parallel = build_model({**base, "flow": "parallel"}, args.vocab, args.vocab)
-    tied = build_model({**base, "flow": "parallel", "tie_embeddings": True}, args.vocab, args.vocab)
+    parallel = build_model({**base, "flow": "parallel"}, vocab, vocab)
+    tied = build_model({**base, "flow": "parallel", "tie_embeddings": True}, vocab, vocab)
     # name -> (model, loss function, the step-loop row it is compared with)
     loop, tied_loop, bf16_loop = "parallel, step loop", "parallel tied, step loop", "parallel bf16, step loop"
     methods = {
         "parallel, forward": (parallel, loss_parallel, loop),
         loop: (parallel, loss_step_loop, loop),
-        "bahdanau, forward (step loop)": (build_model({**base, "flow": "bahdanau"}, args.vocab, args.vocab),
-                                          loss_parallel, loop),
-        "luong, forward (step loop)": (build_model({**base, "flow": "luong"}, args.vocab, args.vocab),
-                                       loss_parallel, loop),
+        "bahdanau, forward (step loop)": (build_model({**base, "flow": "bahdanau"}, vocab, vocab), loss_parallel, loop),
+        "luong, forward (step loop)": (build_model({**base, "flow": "luong"}, vocab, vocab), loss_parallel, loop),
         "parallel tied, forward": (tied, loss_parallel, tied_loop),
         tied_loop: (tied, loss_step_loop, tied_loop),
         "parallel bf16, forward": (parallel, bf16(loss_parallel), bf16_loop),
         bf16_loop: (parallel, bf16(loss_step_loop), bf16_loop),
     }
     generator = torch.Generator().manual_seed(0)
-    batch = make_batch(args.batch, args.length, args.vocab, generator)
+    batch = make_batch(args.batch, args.length, vocab, generator)
     target_tokens = int((batch[3] != PAD).sum())
 
     # Same numbers both ways (eval mode: no dropout) before timing anything.
@@ -165,26 +155,44 @@ def main(argv=None) -> int:
                          compared_with=baseline, speedup=statistics.median(times[baseline]) / seconds,
                          parameters=count_parameters(model)))
 
-    print(f"B={args.batch}, S≈T≈{args.length} ({target_tokens} target tokens), vocab {args.vocab}, embed {args.embed}, "
-          f"hidden {args.hidden}, {args.attention}, {args.cell}, dropout {args.dropout}; torch {torch.__version__}, "
-          f"{args.threads} threads; median of {args.repeats}; forward+backward")
+    print(f"\nB={args.batch}, S≈T≈{args.length} ({target_tokens} target tokens), vocab {vocab}, "
+          f"embed {sizes['embed']}, hidden {sizes['hidden']}, {args.attention}, {args.cell}, dropout {args.dropout}; "
+          f"torch {torch.__version__}, {args.threads} threads; median of {args.repeats}; forward+backward")
     print(f"parallel forward vs step loop, eval-mode summed loss difference: {same:.2e}")
     print(f"{'method':<31} {'s/batch':>8} {'tokens/s':>9} {'speed-up':>9}  {'vs':<25} {'params':>11}")
     for row in rows:
         print(f"{row['method']:<31} {row['seconds_per_batch']:>8.3f} {row['target_tokens_per_second']:>9.0f} "
               f"{row['speedup']:>8.2f}x  {row['compared_with']:<25} {row['parameters']:>11,}")
+    return dict(sizes=sizes, target_tokens=target_tokens, loss_difference_parallel_vs_step_loop=same, results=rows)
 
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["multi30k", "small"],
+                        help="model sizes: multi30k (vocab 8000, embed 256, hidden 512), small (2000, 64, 128)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--length", type=int, default=20, help="typical source and target length")
+    parser.add_argument("--attention", default="scaled_dot")
+    parser.add_argument("--cell", default="lstm")
+    parser.add_argument("--dropout", type=float, default=0.3)
+    parser.add_argument("--repeats", type=int, default=5, help="timed batches per method (median kept)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, B=8, 2 repeats (smoke test)")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.batch, args.length, args.repeats = ["tiny"], 8, 8, 2
+    torch.set_num_threads(args.threads)
+    records = [measure(SIZES[name], args) for name in args.sizes]
     write_json_atomic(args.output, dict(
         benchmark="training_speed",
-        config=dict(batch=args.batch, length=args.length, target_tokens=target_tokens, vocab=args.vocab,
-                    embed=args.embed, hidden=args.hidden, attention=args.attention, cell=args.cell,
+        config=dict(batch=args.batch, length=args.length, attention=args.attention, cell=args.cell,
                     dropout=args.dropout, repeats=args.repeats, threads=args.threads, quick=args.quick),
         environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
                          cpus=os.cpu_count(), load_average=os.getloadavg()),
-        loss_difference_parallel_vs_step_loop=same,
-        results=rows,
+        setups=records,
     ))
-    print(f"wrote {args.output}")
+    print(f"\nwrote {args.output}")
     return 0
 
 

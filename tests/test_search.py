@@ -380,3 +380,21 @@ def test_scores_are_the_models_log_probabilities_and_mode_is_restored():
     assert hypothesis.score == pytest.approx(float(log_probs), abs=1e-4)
     np.testing.assert_allclose(hypothesis.attention, attention[0].numpy(), atol=1e-5)
 
+
+
+def test_search_works_for_the_transformer_too():
+    """Search uses only the model interface: a tiny Transformer gives the same batched and
+    one-at-a-time results, and beam 1 equals greedy."""
+    pytest.importorskip("attnmt.models.transformer")
+    torch.manual_seed(0)
+    config = dict(type="transformer", d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=2)
+    model = build_model(config, VOCAB, VOCAB)
+    src, mask = random_sources()
+    batched = beam_search(model, src, mask, beam_size=4, n_best=2, max_len_a=1.0, max_len_b=3)
+    for i, length in enumerate(mask.sum(1).tolist()):
+        alone = beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], beam_size=4, n_best=2,
+                            max_len_a=1.0, max_len_b=3)[0]
+        for found, expected in zip(batched[i], alone, strict=True):
+            assert_same(found, expected)
+    for found, expected in zip(beam_search(model, src, mask, beam_size=1), greedy_search(model, src, mask)):
+        assert_same(found[0], expected)
