@@ -114,10 +114,10 @@ def test_embed_then_align_files_with_gold(tmp_path, capsys):
     assert "aligned 2 pairs with intersect: 8 links" in captured.out
     assert "AER 0.0000  precision 1.0000  recall 1.0000  F1 1.0000" in captured.out
 
-    # the translator hook is declared but not available yet; --model and --vectors exclude each other
+    # a missing run is named; --model and --vectors exclude each other
     assert main(["align", "--model", "runs/x", "--src", str(test_src), "--tgt", str(test_tgt),
                  "--out", str(tmp_path / "other.txt")]) == 2
-    assert "not available yet" in capsys.readouterr().err
+    assert "runs/x: no such run folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["align", "--model", "runs/x", "--vectors", str(vectors), "--src", str(test_src),
               "--tgt", str(test_tgt), "--out", str(tmp_path / "other.txt")])

@@ -4,7 +4,9 @@
 - ``embed``: English and French vectors in one space from a parallel corpus (co-occurrence + SVD).
 - ``weights``: vector attention, ``softmax(Q Kᵀ · scale)`` of target over source words (seed 000).
 - ``links``: argmax in both directions, intersect/union, grow-diag(-final), itermax, one-to-one
-  matching; :func:`align_corpus` for any weight function (vectors now, translators later).
+  matching; :func:`align_corpus` for any weight function (vectors or translators).
+- ``translator``: :class:`TranslatorAligner`, a trained translator's attention while it
+  force-decodes the given target, pieces merged to words (any model; a Transformer layer/head).
 - ``metrics``: alignment error rate, precision, recall, F1; NAACL and Pharaoh gold readers.
 
 Every public name is importable from ``attnmt.alignment``; submodules load on first use, so the
@@ -49,6 +51,8 @@ _SUBMODULE_OF = {
     "save_vec": "vectors",
     "save_vector_dir": "vectors",
     "tokenize": "vectors",
+    "ForcedAttention": "translator",
+    "TranslatorAligner": "translator",
     "DEFAULT_DISTORTION": "weights",
     "DEFAULT_TEMPERATURE": "weights",
     "VectorAligner": "weights",

@@ -1,11 +1,20 @@
 """Word-align two whole files with attention and write the links in Pharaoh format (i-j, 0-based).
 
 With --vectors DIR (written by `attnmt embed`) every target word attends over the source words
-with vector attention (see `attnmt align-words`); the weights become links by --method. With
---gold the links are scored: alignment error rate, precision, recall and F1 (Och & Ney, 2003).
-Sentences are lower-cased and split on spaces; line i of --src and --tgt form pair i.
-Example: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --out links.txt
+with vector attention (see `attnmt align-words`). With --model RUN a trained translator reads each
+pair: the source goes into its encoder, the target is force-decoded (teacher forcing), and its
+attention over the source, merged from subword pieces to words (EOS dropped), gives the weights.
+For a Transformer --layer and --head choose the cross-attention (numbers from 1, -1 = last; default:
+the mean over the heads of the penultimate layer). The direction comes from --src-lang (default:
+the --src file's suffix when it names one of the run's languages, else the run's source language):
+a run trained the other way round is used with the pair swapped and its weights transposed.
+The weights become links by --method; with --gold the links are scored: alignment error rate,
+precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
+words are lower-cased for vectors and kept as they are for a translator.
+Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --out links.txt
   --gold test.naacl --gold-format naacl
+  attnmt align --model runs/hansards-rnn --src test.en-fr.en --tgt test.en-fr.fr --method grow-diag
+  --out links.txt --gold test.en-fr.naacl
 """
 
 from __future__ import annotations
@@ -14,6 +23,10 @@ import argparse
 
 from attnmt.alignment.names import GOLD_FORMATS, LINK_METHODS
 from attnmt.commands.align_words import add_scoring_arguments
+
+# Options that only mean something for one of the two sources of weights (checked in run).
+TRANSLATOR_OPTIONS = ("checkpoint", "layer", "head", "shift", "src_lang", "max_tokens", "threads")
+VECTOR_OPTIONS = ("temperature", "distortion")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +38,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", choices=LINK_METHODS, default="intersect",
                         help="how to turn weights into links (default intersect)")
     add_scoring_arguments(parser)
+    translator = parser.add_argument_group("translator attention (with --model)")
+    translator.add_argument("--checkpoint", default=None, help="best (default) or last, or a file in the run")
+    translator.add_argument("--layer", type=int, default=None,
+                            help="decoder layer, from 1 (-1 = last; default: the penultimate, the only one "
+                            "for an RNN)")
+    translator.add_argument("--head", type=int, default=None,
+                            help="attention head, from 1 (default: the mean over the heads)")
+    translator.add_argument("--shift", action="store_true", default=None,
+                            help="read the step whose decoder input is the target word instead of the step "
+                            "that predicts it (Shift-Att)")
+    translator.add_argument("--src-lang", default=None, metavar="LANG",
+                            help="language of --src (default: its file suffix if it is one of the run's "
+                            "languages, else the run's source language)")
+    translator.add_argument("--max-tokens", type=int, default=None,
+                            help="padded tokens per forward call (default 4000)")
+    translator.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", required=True, metavar="FILE", help="write the links here, one line per pair")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--gold", default=None, metavar="FILE", help="gold alignment to score the links against")
@@ -33,6 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "default: naacl for a .naacl/.wa file, else pharaoh")
     parser.add_argument("--gold-one-based", action="store_true",
                         help="Pharaoh gold positions count from 1 (default 0)")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """ConfigError for an option of the other source of weights (it would be silently ignored)."""
+    from attnmt.errors import ConfigError
+
+    foreign = VECTOR_OPTIONS if args.model is not None else TRANSLATOR_OPTIONS
+    given = [name for name in foreign if getattr(args, name, None) is not None]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        wanted = "--vectors" if args.model is not None else "--model"
+        raise ConfigError(f"{flags}: only with {wanted}")
 
 
 def _vector_aligner(args: argparse.Namespace):
@@ -48,7 +89,34 @@ def _vector_aligner(args: argparse.Namespace):
     return aligner, src_vectors, tgt_vectors
 
 
-def _read_sentences(src_path: str, tgt_path: str) -> tuple[list[list[str]], list[list[str]]]:
+def _file_language(path: str, languages: tuple[str, str]) -> str | None:
+    """The language a file name ends with (``test.en-fr.en``, ``valid.fr.gz``), if it is one of ``languages``."""
+    from pathlib import Path
+
+    name = Path(path).name
+    if name.endswith(".gz"):
+        name = name[:-3]
+    suffix = name.rsplit(".", 1)[-1] if "." in name else None
+    return suffix if suffix in languages else None
+
+
+def _translator_aligner(args: argparse.Namespace):
+    from attnmt.alignment.translator import DEFAULT_MAX_TOKENS, TranslatorAligner
+    from attnmt.translator import Translator
+
+    translator = Translator.load(args.model, args.checkpoint or "best", num_threads=args.threads)
+    languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
+    src_lang = args.src_lang or _file_language(args.src, languages)
+    aligner = TranslatorAligner(
+        translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=bool(args.shift),
+        max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
+    )
+    step = (translator.checkpoint_info.get("progress") or {}).get("step")
+    print(f"translator attention: {args.model}{f' (step {step})' if step is not None else ''}: {aligner.describe()}")
+    return aligner
+
+
+def _read_sentences(src_path: str, tgt_path: str, lowercase: bool = True) -> tuple[list[list[str]], list[list[str]]]:
     from attnmt.alignment import tokenize
     from attnmt.data.corpus import read_lines
     from attnmt.errors import DataError
@@ -59,7 +127,8 @@ def _read_sentences(src_path: str, tgt_path: str) -> tuple[list[list[str]], list
             f"parallel files have different line counts: {src_path} has {len(src_lines)} lines, "
             f"{tgt_path} has {len(tgt_lines)} lines"
         )
-    return [tokenize(line) for line in src_lines], [tokenize(line) for line in tgt_lines]
+    split = tokenize if lowercase else str.split
+    return [split(line) for line in src_lines], [split(line) for line in tgt_lines]
 
 
 def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
@@ -78,26 +147,26 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from attnmt.alignment import align_corpus, alignment_error_rate, read_gold, write_pharaoh
-    from attnmt.errors import AttnmtError, DataError
+    from attnmt.errors import DataError
 
+    _check_options(args)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise DataError(f"{out} exists; pass --overwrite to replace it")
-    src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt)
+    src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt, lowercase=args.model is None)
     gold = None
     if args.gold:
         gold_format = args.gold_format or ("naacl" if Path(args.gold).suffix in (".naacl", ".wa") else "pharaoh")
         gold = read_gold(args.gold, gold_format, [len(s) for s in src_sentences], [len(s) for s in tgt_sentences],
                          one_based=args.gold_one_based)
     if args.model is not None:
-        # The hook for translator attention: a weight function (src_tokens, tgt_tokens) -> [T, S]
-        # from a run's decoder, passed to the same align_corpus as the vectors below.
-        raise AttnmtError(
-            f"--model {args.model}: aligning with a translator's attention is not available yet; use --vectors"
-        )
-    weight_fn, src_vectors, tgt_vectors = _vector_aligner(args)
-    _report_unknown("source", src_sentences, src_vectors)
-    _report_unknown("target", tgt_sentences, tgt_vectors)
+        weight_fn = _translator_aligner(args)
+        # Many pairs per forward call; align_corpus below then only looks the weights up.
+        weight_fn.precompute(src_sentences, tgt_sentences, progress=True)
+    else:
+        weight_fn, src_vectors, tgt_vectors = _vector_aligner(args)
+        _report_unknown("source", src_sentences, src_vectors)
+        _report_unknown("target", tgt_sentences, tgt_vectors)
 
     alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, progress=True)
     write_pharaoh(out, alignments, overwrite=True)

@@ -1,0 +1,465 @@
+"""Word alignment from a trained translator: its attention while force-decoding a given translation.
+
+A translator run (``attnmt train``) is made to *read* a sentence pair instead of translating:
+the source words go into the encoder and the decoder is fed the given target under teacher
+forcing, ``tgt_in = BOS + target pieces``. At every target position the decoder's attention over
+the source is read off; nothing is searched, so the weights describe the pair as given.
+
+Pipeline for one pair (source x of S words, target y of T words)::
+
+    pieces     every word encoded on its own with the run's sentencepiece model, so word k owns
+               the pieces P(k) = [start_k, stop_k); sources get EOS appended as in training
+    forward    model(src, src_mask, tgt_in, return_attention="heads")
+               -> a: [L, h, n + 1, m + 1]  (L cross-attention layers, h heads, n target pieces,
+                  m source pieces; row t is the step whose decoder input is tgt_in[t])
+    select     one layer l and one head, or the mean over the heads of layer l
+    rows       row t predicts target piece t (t = 0 … n−1): the *output* reading, the usual one.
+               With ``shift`` row t + 1 is used, the step whose *input* is piece t
+               (Shift-Att, Chen et al. 2020); either way the EOS row is not a word
+    EOS        the source EOS column is dropped; with ``renormalize`` every row is divided by
+               its remaining sum, so each target piece's row is again a distribution
+    merge      W[i, j] = mean_{t ∈ Q(i)} sum_{s ∈ P(j)} a[t, s]
+               (Q(i) the pieces of target word i): the mass a target word put on a source word,
+               rows still summing to 1 — the rule of ``attnmt.plotting.merge_subwords``, applied
+               to the exact word spans rather than to a regrouping of the pieces by "▁"
+    result     W: [T, S], rows = target words, as ``attnmt.alignment.align_corpus`` expects
+
+Why every word is encoded on its own: gold sentences are pre-tokenized and their word positions
+are what the gold links count. sentencepiece splits on whitespace before segmenting, so encoding a
+word alone gives exactly the pieces it gets inside the sentence (the model sees the same ids as in
+training), and the word owning each piece is known without guessing from "▁" marks — which fail
+for words sentencepiece splits oddly (``x☃y`` → ``▁ <unk> y``, which a regrouping by "▁" reads as
+three words, or a word given with a no-break space inside). A word whose encoding is empty (only
+characters the normaliser deletes, e.g. a zero-width space) becomes one UNK piece, so it keeps its
+row or column.
+
+Direction. The alignment's source is the translator's source by default. A translator trained the
+other way round (French → English when English is the alignment source) is run on the pair
+swapped and its weights transposed: then *columns* are the decoder's distributions (``src_lang``
+picks the direction from the run's languages).
+
+Which attention. Single-attention models (RNN) have one layer; ``multihead`` RNN attention has h
+heads. For a Transformer the default is the mean over the heads of the *penultimate* decoder layer
+(the last one when there is only one): the top layer's cross-attention serves the prediction of
+the next word and is typically more diffuse, while the layer below it is the one found to align
+best (Garg et al., 2019, "Jointly learning to align and translate with Transformer models").
+Layers and heads are numbered from 1 like in the viewer ("layer 2 / head 1"); negative numbers
+count from the end (−1 = last).
+
+Which reading. A decoder whose query has just consumed the previous target word (the RNN's
+``parallel`` flow: h_i = RNN(y_{i−1}, h_{i−1}), a_i = Attn(h_i, ·) without input feeding) tends to
+look at the source word of y_{i−1}, i.e. one position late; ``shift`` corrects for exactly that,
+and the benchmark (``benchmarks/alignment.py --run``) chooses it on the trial set only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnmt.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "ForcedAttention",
+    "TranslatorAligner",
+    "cross_attention_layers",
+    "default_layer",
+    "merge_spans",
+    "piece_to_word_weights",
+    "resolve_position",
+    "word_pieces",
+]
+
+#: bound on B · max(S, T) padded tokens per forward call (as ``data.max_tokens`` in training)
+DEFAULT_MAX_TOKENS = 4000
+
+Span = tuple[int, int]
+
+
+# --------------------------------------------------------------------------- words <-> pieces
+
+
+def word_pieces(tokenizer, words: Sequence[str]) -> tuple[list[int], list[Span]]:
+    """The piece ids of ``words`` and each word's span ``(start, stop)`` in them.
+
+    Every word is encoded alone (see the module doc); a word with an empty encoding becomes one
+    UNK piece. ``ids[start:stop]`` are the pieces of that word; the spans tile ``ids`` in order.
+    """
+    from attnmt.data.tokenizer import UNK_ID
+
+    if isinstance(words, str):
+        raise TypeError("word_pieces: words must be a list of words, not one string (split it first)")
+    ids: list[int] = []
+    spans: list[Span] = []
+    for word_ids in tokenizer.encode_many(list(words)) if len(words) else []:
+        word_ids = list(word_ids) or [UNK_ID]
+        spans.append((len(ids), len(ids) + len(word_ids)))
+        ids.extend(word_ids)
+    return ids, spans
+
+
+def _check_spans(spans: Sequence[Span], length: int, name: str) -> np.ndarray:
+    """Start positions of ``spans``, after checking that they tile ``0 … length`` without gaps."""
+    position = 0
+    for start, stop in spans:
+        if start != position or stop <= start:
+            raise ValueError(f"{name} must tile 0..{length} with non-empty consecutive spans, got {list(spans)}")
+        position = stop
+    if position != length:
+        raise ValueError(f"{name} cover {position} pieces but the weights have {length}")
+    return np.asarray([start for start, _ in spans], dtype=np.int64)
+
+
+def merge_spans(weights: Any, src_spans: Sequence[Span], tgt_spans: Sequence[Span]) -> np.ndarray:
+    """Piece weights ``[n, m]`` to word weights ``[T, S]`` (float64), the words given by their spans.
+
+        W[i, j] = mean_{t ∈ Q(i)} sum_{s ∈ P(j)} weights[t, s]
+
+    with P(j) = range(*src_spans[j]) and Q(i) = range(*tgt_spans[i]): summed over a source word's
+    pieces (the mass the word received), averaged over a target word's pieces (a row that sums to
+    1 over pieces still sums to 1 over words). The same rule as ``plotting.merge_subwords``.
+    """
+    matrix = np.asarray(weights, dtype=np.float64)
+    if matrix.ndim != 2:
+        raise ValueError(f"merge_spans: weights must be [n, m], got shape {matrix.shape}")
+    if not src_spans or not tgt_spans:
+        return np.zeros((len(tgt_spans), len(src_spans)))
+    src_starts = _check_spans(src_spans, matrix.shape[1], "src_spans")
+    tgt_starts = _check_spans(tgt_spans, matrix.shape[0], "tgt_spans")
+    per_source_word = np.add.reduceat(matrix, src_starts, axis=1)  # [n, S]
+    sizes = np.asarray([stop - start for start, stop in tgt_spans], dtype=np.float64)
+    return np.add.reduceat(per_source_word, tgt_starts, axis=0) / sizes[:, None]  # [T, S]
+
+
+def piece_to_word_weights(
+    piece_weights: Any,
+    src_spans: Sequence[Span],
+    tgt_spans: Sequence[Span],
+    renormalize: bool = True,
+) -> np.ndarray:
+    """``piece_weights: [n, m + 1]`` (last column: the source EOS) -> word weights ``[T, S]``.
+
+    Drops the EOS column, with ``renormalize`` divides each row by what is left of it (a row with
+    nothing left stays 0), then merges pieces into words (:func:`merge_spans`).
+    """
+    matrix = np.asarray(piece_weights, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[1] < 1:
+        raise ValueError(f"piece_to_word_weights: piece_weights must be [n, m + 1], got shape {matrix.shape}")
+    matrix = matrix[:, :-1]
+    if renormalize:
+        totals = matrix.sum(axis=1, keepdims=True)
+        matrix = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
+    return merge_spans(matrix, src_spans, tgt_spans)
+
+
+# --------------------------------------------------------------------------- layers and heads
+
+
+def cross_attention_layers(model) -> int:
+    """How many layers of attention over the source the model has (Transformer: N_dec; RNN: 1)."""
+    if getattr(model, "model_type", None) == "transformer":
+        return int(model.config.decoder_layers)
+    return 1
+
+
+def default_layer(layers: int) -> int:
+    """The layer read by default, numbered from 1: the penultimate one (the only one when ``layers`` is 1)."""
+    return max(1, layers - 1)
+
+
+def resolve_position(value: int, count: int, what: str) -> int:
+    """A 1-based layer or head number, or a negative one counting from the end, as a 0-based index.
+
+    ConfigError naming ``count`` when it is out of range (``what`` is e.g. "decoder layer").
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"the {what} must be an integer, got {value!r}")
+    value = int(value)
+    if 1 <= value <= count:
+        return value - 1
+    if -count <= value <= -1:
+        return count + value
+    plural = what if count == 1 else f"{what}s"
+    raise ConfigError(
+        f"{what} {value} is out of range: the model has {count} {plural} with attention over the source "
+        f"(give 1..{count}, or -1 for the last)"
+    )
+
+
+# --------------------------------------------------------------------------- one pair
+
+
+@dataclass
+class ForcedAttention:
+    """Every layer's and head's attention of one force-decoded pair, over pieces.
+
+    weights    [L, h, n + 1, m + 1] float32: row t is the decoder step with input tgt_in[t]
+               (BOS, then target piece t), so rows 0..n−1 predict the n target pieces and row n
+               predicts EOS; column m is the source EOS
+    src_spans  the pieces of each word of the translator's source (m pieces in all)
+    tgt_spans  the pieces of each word of the translator's target (n pieces in all)
+    reversed   the alignment's source is the translator's target: word weights are transposed
+    """
+
+    weights: np.ndarray
+    src_spans: list[Span]
+    tgt_spans: list[Span]
+    reversed: bool = False
+
+    @property
+    def layers(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def heads(self) -> int:
+        return int(self.weights.shape[1])
+
+    def piece_weights(self, layer: int | None = None, head: int | None = None, shift: bool = False) -> np.ndarray:
+        """``[n, m + 1]`` float64: layer ``layer`` (default :func:`default_layer`), head ``head`` or
+        the mean over heads (None), rows of the output reading or, with ``shift``, of the input reading."""
+        layer_index = resolve_position(default_layer(self.layers) if layer is None else layer, self.layers,
+                                       "decoder layer")
+        per_head = self.weights[layer_index].astype(np.float64)  # [h, n + 1, m + 1]
+        matrix = per_head.mean(axis=0) if head is None else per_head[resolve_position(head, self.heads, "head")]
+        return matrix[1:] if shift else matrix[:-1]
+
+    def word_weights(
+        self,
+        layer: int | None = None,
+        head: int | None = None,
+        shift: bool = False,
+        renormalize: bool = True,
+    ) -> np.ndarray:
+        """Alignment weights ``[len(alignment tgt words), len(alignment src words)]`` (module doc)."""
+        words = piece_to_word_weights(self.piece_weights(layer, head, shift), self.src_spans, self.tgt_spans,
+                                      renormalize)
+        return words.T.copy() if self.reversed else words
+
+
+# --------------------------------------------------------------------------- the aligner
+
+
+class TranslatorAligner:
+    """A trained translator's attention as a weight function for :func:`attnmt.alignment.align_corpus`.
+
+        aligner = TranslatorAligner("runs/hansards-rnn")            # best.pt, forward direction
+        aligner.precompute(src_sentences, tgt_sentences)            # batched force-decoding
+        links = align_corpus(aligner, src_sentences, tgt_sentences, "intersect")
+
+    ``aligner(src_tokens, tgt_tokens) -> weights [len(tgt), len(src)]``: looked up among the pairs
+    of the last :meth:`precompute` (many pairs per forward call), else force-decoded alone.
+    Sentences are lists of words; their case is kept (the run's tokenizer learned the training
+    text's case). :meth:`align` does both steps.
+
+    run          a run folder, a checkpoint file, or a loaded :class:`attnmt.translator.Translator`
+    checkpoint   "best" or "last" (for a run folder)
+    layer, head  which cross-attention (module doc): numbers from 1, negative from the end;
+                 layer None = the default layer, head None = the mean over the heads
+    src_lang     the language of the alignment's source; the run's target language makes the
+                 aligner force-decode the pair swapped and transpose (None = the run's source)
+    shift        read the step whose decoder *input* is the target piece (Shift-Att)
+    renormalize  divide each row by its weight on real source pieces after dropping EOS
+    max_tokens   bound on B · max(S, T) padded tokens per forward call
+    num_threads  torch threads (None = leave torch's setting)
+    """
+
+    def __init__(
+        self,
+        run,
+        checkpoint: str = "best",
+        layer: int | None = None,
+        head: int | None = None,
+        *,
+        src_lang: str | None = None,
+        shift: bool = False,
+        renormalize: bool = True,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        num_threads: int | None = None,
+    ):
+        from attnmt.translator import Translator
+
+        self.translator = run if isinstance(run, Translator) else Translator.load(run, checkpoint, num_threads)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"TranslatorAligner: max_tokens must be a positive integer, got {max_tokens!r}")
+        model = self.translator.model
+        self.layers = cross_attention_layers(model)
+        self.heads = int(getattr(model, "attention_heads", 1) or 1)
+        self.layer = resolve_position(default_layer(self.layers) if layer is None else layer, self.layers,
+                                      "decoder layer") + 1
+        self.head = None if head is None else resolve_position(head, self.heads, "head") + 1
+        self.shift = bool(shift)
+        self.renormalize = bool(renormalize)
+        self.max_tokens = max_tokens
+        tokenizers = self.translator.tokenizers
+        self.run_languages = (tokenizers.src_lang, tokenizers.tgt_lang)
+        if src_lang is None or src_lang == tokenizers.src_lang:
+            self.reversed = False
+        elif src_lang == tokenizers.tgt_lang:
+            self.reversed = True
+        else:
+            raise ConfigError(
+                f"source language {src_lang!r} is neither of the run's languages: it translates "
+                f"{tokenizers.src_lang} → {tokenizers.tgt_lang}"
+            )
+        self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], np.ndarray] = {}
+
+    # ---- description ----------------------------------------------------------------------------
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        """(alignment source language, alignment target language)."""
+        src, tgt = self.run_languages
+        return (tgt, src) if self.reversed else (src, tgt)
+
+    def describe(self) -> str:
+        """One line: the model, the direction and the attention read."""
+        model = self.translator.model
+        config = getattr(model, "config", None)
+        kind = getattr(model, "model_type", type(model).__name__)
+        if kind == "rnn" and config is not None:
+            kind += f", {config.attention} attention, {config.flow} flow"
+        src, tgt = self.run_languages
+        heads = f"head {self.head} of {self.heads}" if self.head is not None else \
+            f"mean of {self.heads} head{'s' if self.heads != 1 else ''}"
+        reading = "input reading (shift)" if self.shift else "output reading"
+        direction = (f"reversed: {tgt} is the alignment source, the pair is force-decoded {src} → {tgt} and the "
+                     f"weights transposed") if self.reversed else f"alignment source {src} = the translator's source"
+        return (f"{kind} translator {src} → {tgt}; layer {self.layer} of {self.layers}, {heads}, {reading}; "
+                f"{direction}")
+
+    # ---- force-decoding ---------------------------------------------------------------------------
+
+    def forced_attention(
+        self,
+        src_sentences: Sequence[Sequence[str]],
+        tgt_sentences: Sequence[Sequence[str]],
+        progress: bool = False,
+    ) -> list[ForcedAttention | None]:
+        """Every layer and head of every pair (alignment orientation in, None for a pair with an empty side).
+
+        Keeps all L · h maps of every pair: for choosing a layer/head on a small set. For a large
+        corpus use :meth:`weights_many`, which keeps only the selected map.
+        """
+        results: list[ForcedAttention | None] = [None] * len(src_sentences)
+        for index, forced in self._force_decode(src_sentences, tgt_sentences, progress):
+            results[index] = forced
+        return results
+
+    def weights_many(
+        self,
+        src_sentences: Sequence[Sequence[str]],
+        tgt_sentences: Sequence[Sequence[str]],
+        progress: bool = False,
+    ) -> list[np.ndarray]:
+        """The weights ``[len(tgt), len(src)]`` of every pair, force-decoded in batches (empty side: zeros)."""
+        results = [np.zeros((len(tgt), len(src))) for src, tgt in zip(src_sentences, tgt_sentences)]
+        for index, forced in self._force_decode(src_sentences, tgt_sentences, progress):
+            results[index] = forced.word_weights(self.layer, self.head, self.shift, self.renormalize)
+        return results
+
+    def precompute(
+        self,
+        src_sentences: Sequence[Sequence[str]],
+        tgt_sentences: Sequence[Sequence[str]],
+        progress: bool = False,
+    ) -> None:
+        """Force-decode all pairs in batches now; calls on these pairs then only look them up.
+
+        Replaces the pairs of an earlier call (the memory held is that of one corpus).
+        """
+        weights = self.weights_many(src_sentences, tgt_sentences, progress)
+        self._cache = {
+            (tuple(src), tuple(tgt)): matrix for src, tgt, matrix in zip(src_sentences, tgt_sentences, weights)
+        }
+
+    def __call__(self, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> np.ndarray:
+        cached = self._cache.get((tuple(src_tokens), tuple(tgt_tokens)))
+        if cached is not None:
+            return cached
+        return self.weights_many([list(src_tokens)], [list(tgt_tokens)])[0]
+
+    def align(
+        self,
+        src_sentences: Sequence[Sequence[str]],
+        tgt_sentences: Sequence[Sequence[str]],
+        method: str = "intersect",
+        progress: bool = False,
+    ) -> list[set[tuple[int, int]]]:
+        """Links ``(i_src, j_tgt)`` of every pair: :meth:`precompute`, then ``align_corpus`` with ``method``."""
+        from attnmt.alignment.links import align_corpus
+
+        if len(src_sentences) != len(tgt_sentences):
+            raise ValueError(
+                f"align: {len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences"
+            )
+        self.precompute(src_sentences, tgt_sentences, progress)
+        return align_corpus(self, src_sentences, tgt_sentences, method, progress=progress)
+
+    def _force_decode(
+        self,
+        src_sentences: Sequence[Sequence[str]],
+        tgt_sentences: Sequence[Sequence[str]],
+        progress: bool,
+    ) -> Iterator[tuple[int, ForcedAttention]]:
+        """(pair index, ForcedAttention) for every pair with two non-empty sides, batch by batch."""
+        import torch
+
+        from attnmt.data import batches_for_inference
+
+        if len(src_sentences) != len(tgt_sentences):
+            raise ValueError(
+                f"{len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences"
+            )
+        for side, sentences in (("source", src_sentences), ("target", tgt_sentences)):
+            for sentence in sentences:
+                if isinstance(sentence, str):
+                    raise TypeError(f"{side} sentences must be lists of words, got the string {sentence[:40]!r}")
+        # The translator reads its own source: the alignment's target when reversed.
+        reader_src, reader_tgt = (tgt_sentences, src_sentences) if self.reversed else (src_sentences, tgt_sentences)
+        live = [k for k in range(len(reader_src)) if len(reader_src[k]) and len(reader_tgt[k])]
+        if not live:
+            return
+        src_tok, tgt_tok = self.translator.tokenizers.src, self.translator.tokenizers.tgt
+        src_ids, src_spans, tgt_ids, tgt_spans = [], [], [], []
+        for k in live:
+            ids, spans = word_pieces(src_tok, reader_src[k])
+            src_ids.append(ids)
+            src_spans.append(spans)
+            ids, spans = word_pieces(tgt_tok, reader_tgt[k])
+            tgt_ids.append(ids)
+            tgt_spans.append(spans)
+        batches = batches_for_inference(src_ids, max_tokens=self.max_tokens, tgt_ids=tgt_ids)
+
+        model = self.translator.model
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(live), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5)
+        was_training = model.training
+        model.eval()
+        try:
+            for batch in batches:
+                with torch.inference_mode():
+                    _, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
+                if weights.dim() == 4:  # single-layer models: [B, h, T, S] -> [B, 1, h, T, S]
+                    weights = weights.unsqueeze(1)
+                weights = weights.float().cpu().numpy()
+                for row, position in enumerate(batch.indices):
+                    n, m = len(tgt_ids[position]), len(src_ids[position])
+                    yield live[position], ForcedAttention(
+                        weights=np.ascontiguousarray(weights[row, :, :, : n + 1, : m + 1]),
+                        src_spans=src_spans[position],
+                        tgt_spans=tgt_spans[position],
+                        reversed=self.reversed,
+                    )
+                if bar is not None:
+                    bar.update(len(batch.indices))
+        finally:
+            model.train(was_training)
+            if bar is not None:
+                bar.close()

@@ -1,0 +1,264 @@
+"""Alignment from a translator's attention (attnmt.alignment.translator and `attnmt align --model`),
+on tiny runs trained here for a few steps on made-up data (test_training's helpers): word spans of
+sentencepiece pieces, merging to words, EOS removal, layer/head choice, direction, batching, CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnmt.alignment import align_corpus, alignment_error_rate, read_pharaoh_alignments
+from attnmt.alignment.translator import (
+    TranslatorAligner,
+    merge_spans,
+    piece_to_word_weights,
+    word_pieces,
+)
+from attnmt.cli import main as cli_main
+from attnmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
+from attnmt.errors import ConfigError
+from attnmt.plotting import merge_subwords
+from attnmt.translator import Translator
+from test_training import make_pairs, run_trainer, tiny_config
+
+MODELS = {
+    # the mechanism and flow of configs/hansards_rnn.yaml
+    "rnn": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "additive",
+            "flow": "luong"},
+    "transformer": {"type": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1,
+                    "decoder_layers": 2, "dropout": 0.1},
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def run_dir(request, tmp_path_factory) -> Path:
+    """A de→en run of 3 steps: its attention is far from an alignment, but shapes and sums are real."""
+    folder = tmp_path_factory.mktemp(f"align-{request.param}")
+    config = tiny_config(folder, train_pairs=60, valid_pairs=5, max_steps=3, bleu_max_sentences=0, examples=0)
+    config["model"] = MODELS[request.param]
+    run_trainer(folder, config)
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir) -> Translator:
+    """The run loaded. After 3 steps the RNN's additive attention is still almost uniform and the
+    same in every row, which would hide a wrong row or column: its weights are scaled up 10x."""
+    loaded = Translator.load(run_dir)
+    if loaded.model.model_type == "rnn":
+        with torch.no_grad():
+            for parameter in loaded.model.attention.parameters():
+                parameter.mul_(10)
+    return loaded
+
+
+def sentence_pairs(count: int = 6) -> tuple[list[list[str]], list[list[str]]]:
+    """Made-up pairs split into words, of different lengths (so batches are padded)."""
+    src, tgt = make_pairs(count, seed=11)
+    return [line.split() for line in src], [line.split() for line in tgt]
+
+
+def reference_weights(translator: Translator, src_words, tgt_words, layer: int, head: int | None,
+                      shift: bool = False) -> np.ndarray:
+    """One pair alone, without padding, merged by plotting.merge_subwords in float64.
+
+    layer/head are 0-based here; head None = mean over heads.
+    """
+    src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
+    src_ids = src_tok.encode(" ".join(src_words)) + [EOS_ID]
+    tgt_ids = tgt_tok.encode(" ".join(tgt_words))
+    with torch.no_grad():
+        _, weights = translator.model(torch.tensor([src_ids]), torch.ones(1, len(src_ids), dtype=torch.bool),
+                                      torch.tensor([[BOS_ID] + tgt_ids]), return_attention="heads")
+    weights = weights[0].double().numpy()
+    if weights.ndim == 3:  # RNN: [h, T, S]
+        weights = weights[None]
+    per_head = weights[layer]
+    matrix = per_head.mean(axis=0) if head is None else per_head[head]
+    matrix = matrix[1:] if shift else matrix[:-1]  # rows of the target pieces
+    matrix = matrix[:, :-1]  # no source EOS
+    matrix = matrix / matrix.sum(axis=1, keepdims=True)
+    merged, src_merged, tgt_merged = merge_subwords(matrix, src_tok.pieces(src_ids[:-1]), tgt_tok.pieces(tgt_ids))
+    assert [len(src_merged), len(tgt_merged)] == [len(src_words), len(tgt_words)]  # "▁" grouping agrees here
+    return merged
+
+
+# ---- pieces and words ------------------------------------------------------------------------
+
+
+def test_word_pieces_give_the_sentence_encoding_and_each_words_span(translator):
+    tokenizer = translator.tokenizers.src
+    words = ["Ein", "hund", "springt", "im", "garten."]
+    ids, spans = word_pieces(tokenizer, words)
+    assert ids == tokenizer.encode(" ".join(words))  # the ids the model saw in training
+    assert [stop - start for start, stop in spans] == [len(tokenizer.encode(word)) for word in words]
+    assert max(stop - start for start, stop in spans) > 1  # a 64-piece vocabulary splits "springt"
+    assert spans[0][0] == 0 and spans[-1][1] == len(ids)
+    assert all(spans[k][1] == spans[k + 1][0] for k in range(len(spans) - 1))
+
+    # Words sentencepiece splits oddly: an unknown character inside, a no-break space inside, and a
+    # zero-width space that the normaliser deletes. Each keeps exactly one span.
+    odd = ["x\u2603y", "a\u00a0b", "\u200b", "hund"]
+    ids, spans = word_pieces(tokenizer, odd)
+    assert len(spans) == 4
+    assert UNK_ID in ids[spans[0][0]:spans[0][1]]
+    assert ids[spans[2][0]:spans[2][1]] == [UNK_ID]  # empty encoding -> one UNK piece
+    assert ids[spans[3][0]:spans[3][1]] == tokenizer.encode("hund")
+    assert word_pieces(tokenizer, []) == ([], [])
+    with pytest.raises(TypeError, match="not one string"):
+        word_pieces(tokenizer, "ein hund")
+
+
+def test_merge_spans_sums_over_source_pieces_and_averages_over_target_pieces():
+    weights = np.array([[0.1, 0.2, 0.3, 0.4],
+                        [0.4, 0.4, 0.1, 0.1],
+                        [0.0, 0.5, 0.5, 0.0]])
+    # source words: pieces {0}, {1, 2}, {3}; target words: pieces {0, 1}, {2}
+    merged = merge_spans(weights, [(0, 1), (1, 3), (3, 4)], [(0, 2), (2, 3)])
+    np.testing.assert_allclose(merged, [[0.25, 0.5, 0.25], [0.0, 1.0, 0.0]])
+    # the same as merge_subwords when the pieces carry "▁" where the words start
+    expected, _, _ = merge_subwords(weights, ["▁a", "▁b", "c", "▁d"], ["▁x", "y", "▁z"])
+    np.testing.assert_allclose(merged, expected)
+    with pytest.raises(ValueError, match="tile"):
+        merge_spans(weights, [(0, 1), (2, 4)], [(0, 3)])
+    with pytest.raises(ValueError, match="cover 3 pieces"):
+        merge_spans(weights, [(0, 3)], [(0, 3)])
+
+
+def test_eos_column_is_dropped_and_rows_renormalised():
+    pieces = np.array([[0.2, 0.2, 0.6],     # last column: the source EOS
+                       [0.5, 0.3, 0.2],
+                       [0.0, 0.0, 1.0]])    # a piece that looked only at EOS
+    words = piece_to_word_weights(pieces, [(0, 1), (1, 2)], [(0, 1), (1, 2), (2, 3)])
+    np.testing.assert_allclose(words, [[0.5, 0.5], [0.625, 0.375], [0.0, 0.0]])
+    raw = piece_to_word_weights(pieces, [(0, 1), (1, 2)], [(0, 1), (1, 2), (2, 3)], renormalize=False)
+    np.testing.assert_allclose(raw, pieces[:, :2])
+
+
+# ---- the aligner ---------------------------------------------------------------------------
+
+
+def test_weights_have_one_row_per_target_word_summing_to_one(translator):
+    aligner = TranslatorAligner(translator)
+    src, tgt = sentence_pairs()
+    weights = aligner.weights_many(src, tgt)
+    for src_words, tgt_words, matrix in zip(src, tgt, weights):
+        assert matrix.shape == (len(tgt_words), len(src_words))
+        assert (matrix >= 0).all()
+        np.testing.assert_allclose(matrix.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_batched_force_decoding_equals_each_pair_alone(translator):
+    """Padding and batching change nothing (float64 reference: one pair, merge_subwords)."""
+    src, tgt = sentence_pairs()
+    layers = 2 if translator.model.model_type == "transformer" else 1
+    aligner = TranslatorAligner(translator, max_tokens=40)  # several batches
+    for src_words, tgt_words, matrix in zip(src, tgt, aligner.weights_many(src, tgt)):
+        expected = reference_weights(translator, src_words, tgt_words, layer=max(0, layers - 2), head=None)
+        np.testing.assert_allclose(matrix, expected, atol=1e-5)
+    shifted = TranslatorAligner(translator, shift=True).weights_many(src[:2], tgt[:2])
+    for src_words, tgt_words, matrix in zip(src, tgt, shifted):
+        expected = reference_weights(translator, src_words, tgt_words, layer=max(0, layers - 2), head=None, shift=True)
+        np.testing.assert_allclose(matrix, expected, atol=1e-5)
+
+
+def test_transformer_layer_and_head_selection(translator):
+    src, tgt = sentence_pairs(3)
+    if translator.model.model_type != "transformer":
+        assert TranslatorAligner(translator).layer == 1
+        with pytest.raises(ConfigError, match="decoder layer 2 is out of range: the model has 1 decoder layer "):
+            TranslatorAligner(translator, layer=2)
+        with pytest.raises(ConfigError, match="head 2 is out of range: the model has 1 head "):
+            TranslatorAligner(translator, head=2)
+        return
+    default = TranslatorAligner(translator)
+    assert (default.layer, default.head) == (1, None)  # penultimate of 2 layers, mean of the heads
+    assert "layer 1 of 2, mean of 2 heads" in default.describe()
+    assert TranslatorAligner(translator, layer=-1).layer == 2
+    chosen = TranslatorAligner(translator, layer=2, head=2)
+    for src_words, tgt_words, matrix in zip(src, tgt, chosen.weights_many(src, tgt)):
+        assert matrix.shape == (len(tgt_words), len(src_words))
+        np.testing.assert_allclose(matrix, reference_weights(translator, src_words, tgt_words, layer=1, head=1),
+                                   atol=1e-5)
+    forced = default.forced_attention(src, tgt)
+    assert forced[0].weights.shape[:2] == (2, 2)
+    np.testing.assert_allclose(forced[0].word_weights(2, 2), chosen(src[0], tgt[0]), atol=1e-6)
+    for bad, message in ((3, "decoder layer 3 is out of range: the model has 2 decoder layers"),
+                         (0, "decoder layer 0 is out of range"), (-3, "decoder layer -3 is out of range")):
+        with pytest.raises(ConfigError, match=message):
+            TranslatorAligner(translator, layer=bad)
+    with pytest.raises(ConfigError, match="head 3 is out of range: the model has 2 heads"):
+        TranslatorAligner(translator, head=3)
+    with pytest.raises(TypeError, match="integer"):
+        TranslatorAligner(translator, layer=1.5)
+
+
+def test_reversed_direction_transposes_the_swapped_pair(translator):
+    """Aligning en (the run's target) as source: force-decode de→en on the swapped pair, transpose."""
+    de, en = sentence_pairs(3)
+    forward = TranslatorAligner(translator)
+    reverse = TranslatorAligner(translator, src_lang="en")
+    assert reverse.reversed and reverse.languages == ("en", "de") and "reversed" in reverse.describe()
+    for en_words, de_words, matrix in zip(en, de, reverse.weights_many(en, de)):
+        assert matrix.shape == (len(de_words), len(en_words))
+        np.testing.assert_allclose(matrix, forward(de_words, en_words).T, atol=1e-6)  # other batches: float noise
+    with pytest.raises(ConfigError, match="neither of the run's languages: it translates de → en"):
+        TranslatorAligner(translator, src_lang="fr")
+
+
+def test_align_corpus_uses_the_precomputed_batch_and_matches_single_calls(translator):
+    src, tgt = sentence_pairs()
+    src.append([])  # an empty side: no links, no forward call
+    tgt.append(["A"])
+    aligner = TranslatorAligner(translator)
+    links = aligner.align(src, tgt, "grow-diag")
+    assert len(links) == len(src) and links[-1] == set()
+    assert len(aligner._cache) == len(src)
+    alone = TranslatorAligner(translator)  # no precompute: every call is a batch of one
+    assert align_corpus(alone, src, tgt, "grow-diag") == links
+    assert all(0 <= i < len(s) and 0 <= j < len(t) for pair, s, t in zip(links, src, tgt) for i, j in pair)
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_cli_align_with_a_model_writes_pharaoh_links_and_scores_them(run_dir, tmp_path, capsys):
+    src, tgt = sentence_pairs(5)
+    (tmp_path / "test.de").write_text("".join(" ".join(s) + "\n" for s in src), encoding="utf-8")
+    (tmp_path / "test.en").write_text("".join(" ".join(t) + "\n" for t in tgt), encoding="utf-8")
+    gold = tmp_path / "gold.txt"  # the made-up task is word for word: the diagonal
+    gold.write_text("".join(" ".join(f"{k}-{k}" for k in range(len(s))) + "\n" for s in src), encoding="utf-8")
+    out = tmp_path / "links.txt"
+    code = cli_main(["align", "--model", str(run_dir), "--src", str(tmp_path / "test.de"), "--tgt",
+                     str(tmp_path / "test.en"), "--method", "tgt2src", "--out", str(out), "--gold", str(gold)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "alignment source de = the translator's source" in captured.out
+    predicted = read_pharaoh_alignments(out, src_lengths=[len(s) for s in src], tgt_lengths=[len(t) for t in tgt])
+    assert [len(links) for links in predicted.sure] == [len(t) for t in tgt]  # tgt2src: one link per target word
+    gold_links = read_pharaoh_alignments(gold)
+    scores = alignment_error_rate(predicted.sure, gold_links.sure)
+    assert f"AER {scores['aer']:.4f}  precision {scores['precision']:.4f}" in captured.out
+
+    # The other direction is read from the file suffixes: en is the run's target language.
+    reverse_out = tmp_path / "reverse.txt"
+    assert cli_main(["align", "--model", str(run_dir), "--src", str(tmp_path / "test.en"), "--tgt",
+                     str(tmp_path / "test.de"), "--method", "src2tgt", "--out", str(reverse_out)]) == 0
+    assert "reversed: en is the alignment source" in capsys.readouterr().out
+    reverse = read_pharaoh_alignments(reverse_out)
+    assert [len(links) for links in reverse.sure] == [len(t) for t in tgt]  # src2tgt: one link per en word
+
+    # Options of the other weight source are refused rather than ignored.
+    assert cli_main(["align", "--model", str(run_dir), "--src", str(tmp_path / "test.de"), "--tgt",
+                     str(tmp_path / "test.en"), "--out", str(tmp_path / "x.txt"), "--temperature", "0.1"]) == 2
+    assert "--temperature: only with --vectors" in capsys.readouterr().err
+    assert cli_main(["align", "--model", str(run_dir), "--src", str(tmp_path / "test.de"), "--tgt",
+                     str(tmp_path / "test.en"), "--out", str(tmp_path / "x.txt"), "--layer", "7"]) == 2
+    assert "decoder layer 7 is out of range" in capsys.readouterr().err
+    assert cli_main(["align", "--vectors", str(tmp_path / "vectors"), "--src", str(tmp_path / "test.de"), "--tgt",
+                     str(tmp_path / "test.en"), "--out", str(tmp_path / "x.txt"), "--layer", "1", "--shift"]) == 2
+    assert "--layer, --shift: only with --model" in capsys.readouterr().err
+    assert not (tmp_path / "x.txt").exists()
