@@ -71,7 +71,8 @@ class TrainingConfig:
     log_every                write a ``train`` record to metrics.jsonl every this many steps
     eval_every               validate every this many epochs (and always after the last one)
     checkpoint_every         save the last checkpoint every this many steps (and after every epoch)
-    num_threads              torch threads per process (null = cpu_count // world_size)
+    num_threads              torch threads per process (null = $OMP_NUM_THREADS if set, else
+                             cpu_count // world_size)
     bleu_max_sentences       greedy validation BLEU on the first this many validation sentences
                              (null = all; 0 = no BLEU during training)
     examples                 attention heatmaps of this many fixed validation sentences per epoch

@@ -254,11 +254,16 @@ def beam_search(
                 force_eos = torch.tensor([limit <= step for limit in limits], device=device).repeat_interleave(K)
             log_probs = _restrict(log_probs, force_eos)
 
-            # The 2K best continuations of each sentence, over its K beams × V tokens.
-            candidates = (scores.unsqueeze(-1) + log_probs.view(active, K, vocab)).view(active, K * vocab)
-            cand_scores, cand_index = candidates.topk(min(2 * K, K * vocab), dim=1)
-            cand_rows = cand_index // vocab + row_offsets  # the row in N each candidate extends
-            cand_tokens = cand_index % vocab
+            # The 2K best continuations of each sentence, over its K beams × V tokens. A beam adds
+            # the same score to all its tokens, so they lie among the 2K best tokens of each beam:
+            # select those in the model's precision first, then add the float64 scores to K·2K
+            # candidates instead of K·V.
+            per_beam = min(2 * K, vocab)
+            beam_log_probs, beam_tokens = log_probs.topk(per_beam, dim=1)  # [N, 2K]
+            candidates = (scores.unsqueeze(-1) + beam_log_probs.view(active, K, per_beam)).view(active, K * per_beam)
+            cand_scores, cand_index = candidates.topk(min(2 * K, K * per_beam), dim=1)
+            cand_rows = cand_index // per_beam + row_offsets  # the row in N each candidate extends
+            cand_tokens = beam_tokens.view(active, K * per_beam).gather(1, cand_index)
             cand_eos = cand_tokens == EOS_ID
             if return_attention:
                 step_attention = weights.unsqueeze(1)

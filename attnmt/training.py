@@ -65,6 +65,18 @@ logger = logging.getLogger(__name__)
 # ================================================================================================
 
 
+def training_threads(configured: int | None, world_size: int) -> int:
+    """Torch threads per process: the config's ``num_threads``, else ``OMP_NUM_THREADS`` when the
+    user set it (so ``OMP_NUM_THREADS=1 attnmt train ...`` runs two trainings side by side on two
+    cores without oversubscribing them), else the cores shared out among the processes."""
+    if configured:
+        return configured
+    from_env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if from_env.isdigit() and int(from_env) > 0:
+        return int(from_env)
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
 @dataclass
 class DistributedContext:
     """Rank and world size of this process; every helper is a no-op for a single process."""
@@ -502,7 +514,7 @@ class Trainer:
         ctx.barrier()  # every rank has looked at the folder before rank 0 writes into it
         cfg = self.config
         training = cfg.training
-        torch.set_num_threads(training.num_threads or max(1, (os.cpu_count() or 1) // ctx.world_size))
+        torch.set_num_threads(training_threads(training.num_threads, ctx.world_size))
 
         data_cfg = cfg.data
         self.train_corpus = load_split(data_cfg, "train")

@@ -1,13 +1,16 @@
-"""Decoding speed: batched beam search against one sentence at a time.
+"""Decoding speed: batched beam search against one sentence at a time, and across beam sizes.
 
-Question: how much faster is ``attnmt.search.beam_search`` on many sentences at once (all
+Question 1: how much faster is ``attnmt.search.beam_search`` on many sentences at once (all
 sentences × all beams in one tensor per step) than the same search run sentence by sentence, and
-does it find exactly the same translations? Beam size 5 by default; batches of B = 1, 5, 10, 20,
-50 sentences, made by ``attnmt.data.batches_for_inference`` (longest first, as the translator does).
-The baseline, measured in the same run, calls ``beam_search`` on each sentence alone, unpadded.
-Every batched output is checked against it: same tokens, scores within 1e-4.
+does it find exactly the same translations? Beam size 5 (``--beam``); batches of 1, 16 and 64
+sentences (``--batch-sizes``; 64 is the translator's default), made by
+``attnmt.data.batches_for_inference`` (longest first, as the translator does). The baseline,
+measured in the same run, calls ``beam_search`` on each sentence alone, unpadded. Every batched
+output is checked against it: same tokens, scores within 1e-4. The target, 10×, applies to the
+largest batch size.
 
-Two modes:
+Question 2 (seed 003's beam sizes B = 1, 5, 10, 20, 50; ``--beams``): sentences and output tokens
+per second of the batched search at the largest batch size.
 
     python benchmarks/decoding.py --run runs/sdp          # a trained run (Translator.load), real sentences
     python benchmarks/decoding.py                         # no run: randomly initialised models
@@ -15,12 +18,12 @@ Two modes:
 With ``--run`` the sentences are the first ``--limit`` lines of ``--source`` (default: the
 run's source language of Multi30k test_2016_flickr in ../shared/data), decoded with the run's
 ``search`` settings (length penalty α, max_len_a, max_len_b) unless given on the command line.
-The table ends with the speed-up of the largest batch against the target of 10×. Without a run, the model is
-randomly initialised at two sizes — ``realistic`` (vocabulary 8000, embeddings 256, hidden 512,
-scaled dot-product; a Multi30k-sized translator) and ``small`` (vocabulary 1000, embeddings 64,
-hidden 128) — over random source ids of Multi30k-like lengths (8 to 24 tokens + EOS). A random
-model rarely ends a sentence, so its outputs run to the length limit (1.5·|x| + 10): longer than
-real translations, the same for both methods. Writes benchmarks/results/decoding.json.
+Without a run, the model is randomly initialised at two sizes — ``realistic`` (vocabulary 8000,
+embeddings 256, hidden 512, scaled dot-product; a Multi30k-sized translator) and ``small``
+(vocabulary 1000, embeddings 64, hidden 128) — over random source ids of Multi30k-like lengths (8
+to 24 tokens + EOS). A random model rarely ends a sentence, so its outputs run to the length limit
+(1.5·|x| + 10): longer than real translations, the same for both methods. Prints two tables per
+model and writes benchmarks/results/decoding.json.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def mismatches(found, expected, tolerance=1e-4) -> int:
 
 
 def measure(model, ids, beam, batch_sizes, search):
-    """search: alpha, max_len_a, max_len_b for beam_search."""
+    """Question 1. search: alpha, max_len_a, max_len_b for beam_search."""
     model.eval()
     decode_batched(model, ids[:2], beam, 2, search)  # warm-up
     start = time.perf_counter()
@@ -116,11 +119,24 @@ def measure(model, ids, beam, batch_sizes, search):
         start = time.perf_counter()
         found = decode_batched(model, ids, beam, batch_size, search)
         seconds = time.perf_counter() - start
-        rows.append(dict(method=f"batched, B={batch_size}", batch_size=batch_size, seconds=seconds,
+        rows.append(dict(method=f"batched, {batch_size} sentences", batch_size=batch_size, seconds=seconds,
                          sentences_per_second=len(ids) / seconds, speedup=baseline / seconds,
                          mismatches=mismatches(found, reference)))
     output_tokens = sum(len(h.tokens) + 1 for h in reference)
     return rows, output_tokens
+
+
+def measure_beams(model, ids, beams, batch_size, search):
+    """Question 2: the batched search at each beam size."""
+    rows = []
+    for beam in beams:
+        start = time.perf_counter()
+        found = decode_batched(model, ids, beam, batch_size, search)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(h.tokens) + 1 for h in found)
+        rows.append(dict(beam=beam, batch_size=batch_size, seconds=seconds, sentences_per_second=len(ids) / seconds,
+                         output_tokens=tokens, output_tokens_per_second=tokens / seconds))
+    return rows
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -140,7 +156,10 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", "--sentences", dest="sentences", type=int, default=100, metavar="N",
                         help="decode the first N sentences (default 100)")
     parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 5, 10, 20, 50])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64],
+                        help="sentences per batch for question 1; the last also serves question 2")
+    parser.add_argument("--beams", type=int, nargs="*", default=[1, 5, 10, 20, 50],
+                        help="beam sizes for question 2 (none: skip it)")
     parser.add_argument("--alpha", type=float, default=None, help="length penalty (default: the run's, else 0.6)")
     parser.add_argument("--max-len-a", type=float, default=None, help="default: the run's, else 1.5")
     parser.add_argument("--max-len-b", type=float, default=None, help="default: the run's, else 10")
@@ -165,20 +184,27 @@ def main(argv=None) -> int:
         print(f"{len(ids)} sentences, beam {args.beam}, alpha {search['alpha']:g}, max length "
               f"{search['max_len_a']:g}·|x| + {search['max_len_b']:g}, {output_tokens} output tokens "
               f"(one-at-a-time reference), torch {torch.__version__}, {args.threads} threads")
-        print(f"{'method':<24} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'differ':>7}")
+        print(f"{'method':<26} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'differ':>7}")
         for row in rows:
-            print(f"{row['method']:<24} {row['seconds']:>8.2f} {row['sentences_per_second']:>8.2f} "
+            print(f"{row['method']:<26} {row['seconds']:>8.2f} {row['sentences_per_second']:>8.2f} "
                   f"{row['speedup']:>8.2f}x {row['mismatches']:>7}")
         print(f"{largest['method']}: {largest['speedup']:.1f}x the one-at-a-time speed "
               f"(target >= {args.target:g}x with identical outputs: {'met' if target_met else 'NOT met'})")
+        beam_rows = measure_beams(model, ids, args.beams, args.batch_sizes[-1], search)
+        if beam_rows:
+            print(f"\nbatched search, {args.batch_sizes[-1]} sentences a batch, by beam size")
+            print(f"{'beam':>5} {'seconds':>8} {'sent/s':>8} {'out tok/s':>10}")
+            for row in beam_rows:
+                print(f"{row['beam']:>5} {row['seconds']:>8.2f} {row['sentences_per_second']:>8.2f} "
+                      f"{row['output_tokens_per_second']:>10.0f}")
         report.append(dict(model=description, parameters=count_parameters(model), sentences=len(ids),
                            output_tokens=output_tokens, search=search, results=rows,
-                           target_speedup=args.target, target_met=target_met))
+                           target_speedup=args.target, target_met=target_met, by_beam=beam_rows))
 
     write_json_atomic(args.output, dict(
         benchmark="decoding",
         mode="run" if args.run else "random",
-        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, sentences=args.sentences, threads=args.threads),
+        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, beams=args.beams, sentences=args.sentences, threads=args.threads),
         environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
                          cpus=os.cpu_count(), load_average=os.getloadavg()),
         setups=report,

@@ -20,7 +20,7 @@ from attnmt.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.config import RunConfig, TrainingConfig, load_config
 from attnmt.errors import CheckpointError, ConfigError, DataError
-from attnmt.training import Trainer, backward_on_batch, config_differences
+from attnmt.training import Trainer, backward_on_batch, config_differences, training_threads
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -369,3 +369,15 @@ def test_weights_that_do_not_fit_the_config(trained_run, tmp_path):
     torch.save(checkpoint, tmp_path / "resized.pt")
     with pytest.raises(CheckpointError, match="shape mismatch"):
         Translator.load(tmp_path / "resized.pt")
+
+
+def test_threads_come_from_the_config_then_omp_num_threads_then_the_cores(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert training_threads(3, world_size=1) == 3
+    assert training_threads(None, world_size=1) == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    cores = os.cpu_count() or 1
+    assert training_threads(None, world_size=1) == cores
+    assert training_threads(None, world_size=2 * cores) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "not-a-number")
+    assert training_threads(None, world_size=1) == cores
