@@ -32,7 +32,10 @@ the ``n_best``-th best of them (nothing the search could still find would enter 
 when it has reached its length limit. The answer is therefore the same as if every beam were
 followed to the length limit; stopping as soon as K hypotheses have ended instead lets a few
 low-scoring early EOS candidates end the search while a much better live beam is still growing.
-Done sentences leave the batch, so the tensors shrink as sentences finish. Beam size 1 is
+Done sentences leave the batch, so the tensors shrink as sentences finish: not one by one but
+once they are ``RETIRED_FRACTION`` of the sentences in it, because moving the encoder states
+([N, S, D] per tensor) costs about as much as a decoder step; until then their rows ride along
+and are ignored. Beam size 1 is
 defined as greedy search (the most probable token at every step, stopping at the first EOS).
 """
 
@@ -49,6 +52,9 @@ __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
 # Fixed by attnmt.data's tokenizers and MODEL_API.md.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+# Done sentences leave beam search's tensors once they are this share of the sentences there.
+RETIRED_FRACTION = 0.25
 
 
 @dataclass
@@ -233,6 +239,7 @@ def beam_search(
 
         # The active sentences (original indices), their length limits, and K beams for each.
         sentence_ids = list(range(batch))
+        retired = [False] * batch  # done sentences whose rows are still in the tensors
         limits = _max_lengths(src_lengths, max_len_a, max_len_b)
         # lp(L_max) of each active sentence: divides a live score into its best reachable normalized score.
         longest_penalty = torch.tensor([length_penalty(limit + 1, alpha) for limit in limits],
@@ -273,6 +280,8 @@ def beam_search(
             ending = cand_eos[:, :K] & (cand_scores[:, :K] > float("-inf"))
             if bool(ending.any()):
                 for i, j in ending.nonzero().tolist():
+                    if retired[i]:
+                        continue
                     sentence = sentence_ids[i]
                     kept = finished[sentence]
                     score = float(cand_scores[i, j])
@@ -299,13 +308,15 @@ def beam_search(
             for i, (sentence, limit) in enumerate(zip(sentence_ids, limits)):
                 kept = finished[sentence]
                 done.append(
-                    limit <= step
+                    retired[i]
+                    or limit <= step
                     or reachable[i] == float("-inf")  # no live beam left to extend
                     or (len(kept) == n_best and reachable[i] <= kept[-1].normalized_score)
                 )
             if all(done):
                 break
-            if any(done):
+            retired = done
+            if sum(done) >= max(1, RETIRED_FRACTION * len(done)):
                 kept_rows = [i for i, is_done in enumerate(done) if not is_done]
                 keep = torch.tensor(kept_rows, device=device)
                 rows, next_tokens, scores = rows[keep], next_tokens[keep], scores[keep]
@@ -313,6 +324,7 @@ def beam_search(
                 limits = [limits[i] for i in kept_rows]
                 longest_penalty = longest_penalty[keep]
                 row_offsets = row_offsets[: len(kept_rows)]
+                retired = [False] * len(kept_rows)
             rows = rows.reshape(-1)
             if len(sentence_ids) != active:
                 # Rows of one sentence share its encoding, so ``rows`` selects the kept sentences.
