@@ -398,3 +398,19 @@ def test_search_works_for_the_transformer_too():
             assert_same(found, expected)
     for found, expected in zip(beam_search(model, src, mask, beam_size=1), greedy_search(model, src, mask)):
         assert_same(found[0], expected)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
+def test_when_finished_sentences_leave_the_tensors_changes_nothing(monkeypatch, fraction):
+    """0: each done sentence leaves at once; 1: done sentences ride along to the end."""
+    import attnmt.search as search
+
+    model = half_trained_model(0)
+    src, mask = random_sources(lengths=(5, 2, 7, 1, 4, 3, 6, 2))
+    expected = beam_search(model, src, mask, beam_size=3, n_best=2, max_len_a=1.0, max_len_b=4)
+    monkeypatch.setattr(search, "RETIRED_FRACTION", fraction)
+    found = beam_search(model, src, mask, beam_size=3, n_best=2, max_len_a=1.0, max_len_b=4)
+    for found_n_best, expected_n_best in zip(found, expected):
+        assert len(found_n_best) == len(expected_n_best) == 2
+        for f, e in zip(found_n_best, expected_n_best):
+            assert_same(f, e)
