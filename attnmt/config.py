@@ -35,6 +35,7 @@ from attnmt.errors import ConfigError
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt")
+PRECISIONS = ("fp32", "bf16")
 
 
 def _is_int(value: Any) -> bool:
@@ -76,6 +77,10 @@ class TrainingConfig:
     bleu_max_sentences       greedy validation BLEU on the first this many validation sentences
                              (null = all; 0 = no BLEU during training)
     examples                 attention heatmaps of this many fixed validation sentences per epoch
+    precision                "fp32", or "bf16": the training forward pass under CPU bfloat16 autocast
+                             (matrix products in bfloat16; weights, gradients, optimizer state, the
+                             loss and all validation stay float32); 1.3-1.7x the tokens/s on CPUs with
+                             AVX512-BF16 or AMX (benchmarks/training_speed.py), slower on others
     """
 
     seed: int = 1
@@ -97,6 +102,7 @@ class TrainingConfig:
     num_threads: int | None = None
     bleu_max_sentences: int | None = None
     examples: int = 3
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -143,6 +149,8 @@ class TrainingConfig:
             fail("bleu_max_sentences", "an integer >= 0 or null")
         if not _is_int(self.examples) or self.examples < 0:
             fail("examples", "an integer >= 0")
+        if self.precision not in PRECISIONS:
+            fail("precision", f"one of {', '.join(PRECISIONS)}")
         # Integers are fine where floats are meant (YAML reads "1" as an int).
         for key in ("lr", "label_smoothing", "lr_decay", "min_lr"):
             setattr(self, key, float(getattr(self, key)))

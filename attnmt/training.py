@@ -158,19 +158,27 @@ class StepStats:
     num_tokens: int
 
 
-def backward_on_batch(model, batch, label_smoothing: float, global_tokens: float, world_size: int = 1) -> StepStats:
+def backward_on_batch(
+    model, batch, label_smoothing: float, global_tokens: float, world_size: int = 1, precision: str = "fp32"
+) -> StepStats:
     """Forward ``batch`` through ``model`` (plain or DDP-wrapped) and backpropagate its share of the
     global loss ``loss_sum · world_size / global_tokens``.
+
+    ``precision="bf16"`` runs the forward pass under CPU bfloat16 autocast; the loss is computed
+    from float32 logits and the gradients arrive in the float32 parameters.
 
     With DDP (which averages gradients over the ``world_size`` ranks) the resulting gradients
     equal those of ``Σ_ranks loss_sum / global_tokens``: the per-token loss of the whole global batch.
     """
+    import torch
+
     from attnmt.evaluation import token_losses
 
     if global_tokens <= 0:
         raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
-    logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
-    loss_sum, nll_sum, count = token_losses(logits, batch.tgt_out, batch.tgt_mask, label_smoothing)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+    loss_sum, nll_sum, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, label_smoothing)
     (loss_sum * (world_size / global_tokens)).backward()
     return StepStats(float(loss_sum.detach()), float(nll_sum), count)
 
@@ -820,7 +828,9 @@ class Trainer:
                         break
                     self.optimizer.zero_grad(set_to_none=True)
                     self.scheduler.set_step(state.step + 1)
-                    stats = backward_on_batch(self.ddp_model, batch, training.label_smoothing, global_tokens, ctx.world_size)
+                    stats = backward_on_batch(
+                        self.ddp_model, batch, training.label_smoothing, global_tokens, ctx.world_size, training.precision
+                    )
                     grad_norm = (
                         float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.clip_norm))
                         if training.clip_norm is not None else _grad_norm(self.model)

@@ -164,6 +164,35 @@ def test_every_mechanism_and_flow_takes_a_training_step(attention, flow):
     assert "output.weight" in changed
 
 
+@pytest.mark.parametrize("model_type", ["rnn", "transformer"])
+def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_type):
+    from attnmt.data import make_batches
+    from attnmt.models import build_model
+
+    sizes = {"embed_dim": 32, "hidden_dim": 32} if model_type == "rnn" else {
+        "d_model": 32, "heads": 4, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1}
+    model_config = RunConfig.from_dict(
+        {"data": {"train": ["a", "b"]}, "model": {"type": model_type, "dropout": 0.0, **sizes}}).model
+    torch.manual_seed(0)
+    model = build_model(model_config, 40, 40)
+    generator = random.Random(0)
+    src = [[generator.randrange(4, 40) for _ in range(generator.randint(1, 9))] for _ in range(8)]
+    tgt = [[generator.randrange(4, 40) for _ in range(generator.randint(1, 9))] for _ in range(8)]
+    [batch] = make_batches(src, tgt, max_tokens=1000, shuffle=False)
+    results = {}
+    for precision in ("fp32", "bf16"):
+        model.zero_grad(set_to_none=True)
+        stats = backward_on_batch(model, batch, 0.1, batch.num_tgt_tokens, precision=precision)
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        assert grads.dtype == torch.float32 and all(p.dtype == torch.float32 for p in model.parameters())
+        results[precision] = stats, grads
+    (fp32, grads32), (bf16, grads16) = results["fp32"], results["bf16"]
+    assert bf16.num_tokens == fp32.num_tokens
+    assert abs(bf16.loss_sum - fp32.loss_sum) < 0.02 * fp32.loss_sum  # bf16 keeps ~3 significant digits
+    cosine = torch.nn.functional.cosine_similarity(grads32, grads16, dim=0)
+    assert cosine > 0.95 and not torch.equal(grads32, grads16)  # close, and autocast really was on
+
+
 def test_resume_after_sigkill_gives_identical_numbers(tmp_path):
     """Kill -9 a run right after its first checkpoint; --resume must end exactly as an unbroken run."""
     config = tiny_config(tmp_path, train_pairs=300, max_epochs=5, max_steps=45, checkpoint_every=7)
@@ -223,6 +252,7 @@ def test_unknown_config_key_names_key_and_file(tmp_path):
     ("max_epochs", 0, "training.max_epochs"),
     ("label_smoothing", 1.5, "training.label_smoothing"),
     ("early_stopping_patience", "3", "training.early_stopping_patience"),
+    ("precision", "fp16", r"training.precision: must be one of fp32, bf16, got 'fp16'"),
 ])
 def test_invalid_training_values(key, value, message):
     with pytest.raises(ConfigError, match=message):
