@@ -26,8 +26,11 @@ from test_training import make_pairs, run_trainer, tiny_config
 
 MODELS = {
     # the mechanism and flow of configs/hansards_rnn.yaml
-    "rnn": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "additive",
-            "flow": "luong"},
+    "rnn": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "general",
+            "flow": "parallel"},
+    # input feeding: the attention of step i depends on that of step i - 1
+    "rnn-luong": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "additive",
+                  "flow": "luong"},
     "transformer": {"type": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1,
                     "decoder_layers": 2, "dropout": 0.1},
 }
