@@ -80,7 +80,7 @@ class TrainingConfig:
     precision                "fp32", or "bf16": the training forward pass under CPU bfloat16 autocast
                              (matrix products in bfloat16; weights, gradients, optimizer state, the
                              loss and all validation stay float32); 1.3-1.7x the tokens/s on CPUs with
-                             AVX512-BF16 or AMX (benchmarks/training_speed.py), slower on others
+                             AVX512-BF16 or AMX (benchmarks/training_speed.py); possibly slower on others
     """
 
     seed: int = 1
