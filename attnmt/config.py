@@ -79,7 +79,7 @@ class TrainingConfig:
     examples                 attention heatmaps of this many fixed validation sentences per epoch
     precision                "fp32", or "bf16": the training forward pass under CPU bfloat16 autocast
                              (matrix products in bfloat16; weights, gradients, optimizer state, the
-                             loss and all validation stay float32); 1.3-1.7x the tokens/s on CPUs with
+                             loss and all validation stay float32); 1.3-1.6x the tokens/s on CPUs with
                              AVX512-BF16 or AMX (benchmarks/training_speed.py); possibly slower on others
     """
 
