@@ -193,6 +193,32 @@ def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_
     assert cosine > 0.95 and not torch.equal(grads32, grads16)  # close, and autocast really was on
 
 
+def test_trainer_trains_in_the_configured_precision(tmp_path, monkeypatch):
+    """`training.precision` reaches every training step, and bf16 really changes the numbers."""
+    import attnmt.training as training_module
+
+    seen = []
+    original = training_module.backward_on_batch
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("precision", args[5] if len(args) > 5 else "fp32"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(training_module, "backward_on_batch", spy)
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        seen.clear()
+        folder = tmp_path / precision
+        folder.mkdir()
+        config = tiny_config(folder, train_pairs=60, max_steps=3, bleu_max_sentences=0, examples=0,
+                             precision=precision)
+        run_trainer(folder, config)
+        assert seen == [precision] * 3
+        records = [json.loads(line) for line in (folder / "run" / "metrics.jsonl").read_text().splitlines()]
+        losses[precision] = [r["loss"] for r in records if "loss" in r]
+    assert losses["fp32"] and losses["fp32"] != losses["bf16"]
+
+
 def test_resume_after_sigkill_gives_identical_numbers(tmp_path):
     """Kill -9 a run right after its first checkpoint; --resume must end exactly as an unbroken run."""
     config = tiny_config(tmp_path, train_pairs=300, max_epochs=5, max_steps=45, checkpoint_every=7)
