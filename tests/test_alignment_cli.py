@@ -114,14 +114,12 @@ def test_embed_then_align_files_with_gold(tmp_path, capsys):
     assert "aligned 2 pairs with intersect: 8 links" in captured.out
     assert "AER 0.0000  precision 1.0000  recall 1.0000  F1 1.0000" in captured.out
 
-    # a missing run is named; --model and --vectors exclude each other
-    assert main(["align", "--model", "runs/x", "--src", str(test_src), "--tgt", str(test_tgt),
-                 "--out", str(tmp_path / "other.txt")]) == 2
-    assert "runs/x: no such run folder" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["align", "--model", "runs/x", "--vectors", str(vectors), "--src", str(test_src),
-              "--tgt", str(test_tgt), "--out", str(tmp_path / "other.txt")])
-    capsys.readouterr()
+    # a missing run is named, also when combined with vectors (before any work)
+    for extra in ([], ["--vectors", str(vectors)]):
+        assert main(["align", "--model", "runs/x", *extra, "--src", str(test_src), "--tgt", str(test_tgt),
+                     "--out", str(tmp_path / "other.txt")]) == 2
+        assert "runs/x: no such run folder" in capsys.readouterr().err
+    assert not (tmp_path / "other.txt").exists()
     # an existing --out is kept, and a gold link outside a sentence is named
     gold.write_text("0-0\n0-9\n", encoding="utf-8")
     assert main(["align", "--vectors", str(vectors), "--src", str(test_src), "--tgt", str(test_tgt),

@@ -265,3 +265,55 @@ def test_cli_align_with_a_model_writes_pharaoh_links_and_scores_them(run_dir, tm
                      str(tmp_path / "test.en"), "--out", str(tmp_path / "x.txt"), "--layer", "1", "--shift"]) == 2
     assert "--layer, --shift: only with --model" in capsys.readouterr().err
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_cli_align_combines_translators_and_vectors_by_geometric_mean(run_dir, tmp_path, capsys):
+    from attnmt.alignment import CombinedAligner, VectorAligner, WordVectors, load_vector_dir, save_vector_dir
+
+    src, tgt = sentence_pairs(5)
+    src_file, tgt_file = tmp_path / "test.de", tmp_path / "test.en"
+    src_file.write_text("".join(" ".join(s) + "\n" for s in src), encoding="utf-8")
+    tgt_file.write_text("".join(" ".join(t) + "\n" for t in tgt), encoding="utf-8")
+    rng = np.random.default_rng(3)
+    vocab = {side: sorted({w.lower() for sentence in sentences for w in sentence}) for side, sentences in
+             (("de", src), ("en", tgt))}
+    save_vector_dir(tmp_path / "vectors", WordVectors(vocab["de"], rng.standard_normal((len(vocab["de"]), 8))),
+                    WordVectors(vocab["en"], rng.standard_normal((len(vocab["en"]), 8))), {"method": "random"},
+                    src_lang="de", tgt_lang="en")
+
+    def align(*extra, name):
+        out = tmp_path / f"{name}.txt"
+        code = cli_main(["align", "--src", str(src_file), "--tgt", str(tgt_file), "--method", "intersect",
+                         "--out", str(out), *extra])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        return read_pharaoh_alignments(out).sure, captured.out
+
+    alone, _ = align("--model", str(run_dir), name="alone")
+    twice, out = align("--model", str(run_dir), "--model", str(run_dir), name="twice")
+    assert "combined: geometric mean of" in out and "(0.5)" in out
+    assert twice == alone  # the geometric mean of a source with itself is that source
+
+    mixed, out = align("--model", str(run_dir), "--vectors", str(tmp_path / "vectors"), "--vector-weight", "0.4",
+                       name="mixed")
+    assert "(0.6), vectors" in out and "(0.4)" in out
+    src_vectors, tgt_vectors, _ = load_vector_dir(tmp_path / "vectors")
+    expected = align_corpus(
+        CombinedAligner([TranslatorAligner(Translator.load(run_dir)), VectorAligner(src_vectors, tgt_vectors,
+                                                                                    lowercase=True)], [0.6, 0.4]),
+        src, tgt, "intersect")
+    assert [set(links) for links in mixed] == expected
+    vectors_only, _ = align("--vectors", str(tmp_path / "vectors"), name="vectors")
+    all_vector, _ = align("--model", str(run_dir), "--vectors", str(tmp_path / "vectors"), "--vector-weight", "1",
+                          name="all-vector")
+    assert all_vector == vectors_only  # cased words reach the lower-case vectors
+
+    for extra, message in ((["--vectors", str(tmp_path / "vectors"), "--vector-weight", "0.5"],
+                            "--vector-weight: only with both --vectors and --model"),
+                           (["--model", str(run_dir), "--vectors", str(tmp_path / "vectors"), "--vector-weight",
+                             "1.5"], "--vector-weight must be in [0, 1], got 1.5"),
+                           ([], "give the weights to align with")):
+        assert cli_main(["align", "--src", str(src_file), "--tgt", str(tgt_file), "--out",
+                         str(tmp_path / "refused.txt"), *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "refused.txt").exists()

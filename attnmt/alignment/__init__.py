@@ -7,6 +7,8 @@
   matching; :func:`align_corpus` for any weight function (vectors or translators).
 - ``translator``: :class:`TranslatorAligner`, a trained translator's attention while it
   force-decodes the given target, pieces merged to words (any model; a Transformer layer/head).
+- ``combine``: :class:`CombinedAligner`, several weight sources made to agree (weighted
+  geometric mean): both translation directions, or a translator and vector attention.
 - ``metrics``: alignment error rate, precision, recall, F1; NAACL and Pharaoh gold readers.
 
 Every public name is importable from ``attnmt.alignment``; submodules load on first use, so the
@@ -26,6 +28,8 @@ from attnmt.alignment.names import GOLD_FORMATS, LINK_METHODS, SCORINGS
 _SUBMODULE_OF = {
     "EMBED_METHOD": "embed",
     "train_cross_lingual_vectors": "embed",
+    "CombinedAligner": "combine",
+    "combine_weights": "combine",
     "align_corpus": "links",
     "extract_links": "links",
     "format_pharaoh": "links",

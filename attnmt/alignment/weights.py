@@ -175,11 +175,15 @@ class VectorAligner:
 
     ``aligner(src_tokens, tgt_tokens) -> weights [len(tgt), len(src)]``; unknown words get the
     zero vector (with cosine scoring their row is decided by the distortion prior alone).
+    With ``lowercase`` the tokens are lower-cased before the lookup (vectors from ``attnmt embed``
+    are lower-case), so the aligner can share cased words with a translator in a
+    :class:`attnmt.alignment.CombinedAligner`.
     """
 
     src_vectors: WordVectors
     tgt_vectors: WordVectors
     scoring: VectorScoring = field(default_factory=VectorScoring)
+    lowercase: bool = False
 
     def __post_init__(self) -> None:
         if self.src_vectors.dim != self.tgt_vectors.dim:
@@ -190,6 +194,8 @@ class VectorAligner:
 
     def attend(self, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> VectorAttention:
         """Weights, context vectors and unknown words of one tokenized pair."""
+        if self.lowercase:
+            src_tokens, tgt_tokens = [token.lower() for token in src_tokens], [token.lower() for token in tgt_tokens]
         src_matrix, unknown_src = self.src_vectors.lookup(src_tokens)
         tgt_matrix, unknown_tgt = self.tgt_vectors.lookup(tgt_tokens)
         weights, output = vector_attention(src_matrix, tgt_matrix, self.scoring)

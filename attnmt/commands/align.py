@@ -8,6 +8,9 @@ For a Transformer --layer and --head choose the cross-attention (numbers from 1,
 the mean over the heads of the penultimate layer). The direction comes from --src-lang (default:
 the --src file's suffix when it names one of the run's languages, else the run's source language):
 a run trained the other way round is used with the pair swapped and its weights transposed.
+Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/or --model with
+--vectors give the weighted geometric mean of their weights (attnmt.alignment.combine): vector
+attention gets --vector-weight, the translators share the rest equally.
 The weights become links by --method; with --gold the links are scored: alignment error rate,
 precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
 words are lower-cased for vectors and kept as they are for a translator.
@@ -15,6 +18,8 @@ Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --
   --gold test.naacl --gold-format naacl
   attnmt align --model runs/hansards-rnn --src test.en-fr.en --tgt test.en-fr.fr --method grow-diag
   --out links.txt --gold test.en-fr.naacl
+  attnmt align --model runs/hansards-rnn --model runs/hansards-rnn-fr-en --vectors vectors/hansards
+  --src test.en-fr.en --tgt test.en-fr.fr --method intersect --out links.txt --gold test.en-fr.naacl
 """
 
 from __future__ import annotations
@@ -27,12 +32,19 @@ from attnmt.commands.align_words import add_scoring_arguments
 # Options that only mean something for one of the two sources of weights (checked in run).
 TRANSLATOR_OPTIONS = ("checkpoint", "layer", "head", "shift", "src_lang", "max_tokens", "threads")
 VECTOR_OPTIONS = ("temperature", "distortion")
+#: share of vector attention in the geometric mean with translators, chosen on the 37 trial pairs of
+#: the HLT-NAACL 2003 gold with the two Hansards translators (benchmarks/alignment.py)
+DEFAULT_VECTOR_WEIGHT = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--vectors", metavar="DIR", help="folder of word vectors written by `attnmt embed`")
-    source.add_argument("--model", metavar="RUN", help="a trained translator run (its decoder attention)")
+    parser.add_argument("--vectors", metavar="DIR", help="folder of word vectors written by `attnmt embed`")
+    parser.add_argument("--model", metavar="RUN", action="append", default=None,
+                        help="a trained translator run (its decoder attention); give it twice for both "
+                        "directions (one of --vectors and --model is required)")
+    parser.add_argument("--vector-weight", type=float, default=None, metavar="W",
+                        help="with --vectors and --model: share of vector attention in the geometric mean, "
+                        f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--tgt", required=True, help="target sentences, line i translating line i of --src")
     parser.add_argument("--method", choices=LINK_METHODS, default="intersect",
@@ -65,15 +77,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    """ConfigError for an option of the other source of weights (it would be silently ignored)."""
+    """ConfigError for a missing source of weights, or for an option of a source not given (it
+    would be silently ignored)."""
     from attnmt.errors import ConfigError
 
-    foreign = VECTOR_OPTIONS if args.model is not None else TRANSLATOR_OPTIONS
-    given = [name for name in foreign if getattr(args, name, None) is not None]
-    if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        wanted = "--vectors" if args.model is not None else "--model"
-        raise ConfigError(f"{flags}: only with {wanted}")
+    if args.model is None and args.vectors is None:
+        raise ConfigError("give the weights to align with: --vectors DIR, --model RUN (once or twice), or both")
+    for foreign, missing, wanted in ((VECTOR_OPTIONS, args.vectors is None, "--vectors"),
+                                     (TRANSLATOR_OPTIONS, args.model is None, "--model")):
+        given = [name for name in foreign if getattr(args, name, None) is not None]
+        if given and missing:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ConfigError(f"{flags}: only with {wanted}")
+    if args.vector_weight is not None:
+        if args.model is None or args.vectors is None:
+            raise ConfigError("--vector-weight: only with both --vectors and --model (it weighs one against the other)")
+        if not 0.0 <= args.vector_weight <= 1.0:
+            raise ConfigError(f"--vector-weight must be in [0, 1], got {args.vector_weight}")
 
 
 def _vector_aligner(args: argparse.Namespace):
@@ -82,7 +102,7 @@ def _vector_aligner(args: argparse.Namespace):
 
     scoring = scoring_from_arguments(args)
     src_vectors, tgt_vectors, info = load_vector_dir(args.vectors)
-    aligner = VectorAligner(src_vectors, tgt_vectors, scoring)
+    aligner = VectorAligner(src_vectors, tgt_vectors, scoring, lowercase=True)
     print(f"vector attention: {args.vectors} ({info.get('method', 'unknown method')}, "
           f"{len(src_vectors)} + {len(tgt_vectors)} words, d={src_vectors.dim}); "
           f"scoring {scoring.describe(src_vectors.dim)}")
@@ -100,11 +120,11 @@ def _file_language(path: str, languages: tuple[str, str]) -> str | None:
     return suffix if suffix in languages else None
 
 
-def _translator_aligner(args: argparse.Namespace):
+def _translator_aligner(args: argparse.Namespace, run: str):
     from attnmt.alignment.translator import DEFAULT_MAX_TOKENS, TranslatorAligner
     from attnmt.translator import Translator
 
-    translator = Translator.load(args.model, args.checkpoint or "best", num_threads=args.threads)
+    translator = Translator.load(run, args.checkpoint or "best", num_threads=args.threads)
     languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
     src_lang = args.src_lang or _file_language(args.src, languages)
     aligner = TranslatorAligner(
@@ -112,12 +132,42 @@ def _translator_aligner(args: argparse.Namespace):
         max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
     )
     step = (translator.checkpoint_info.get("progress") or {}).get("step")
-    print(f"translator attention: {args.model}{f' (step {step})' if step is not None else ''}: {aligner.describe()}")
+    print(f"translator attention: {run}{f' (step {step})' if step is not None else ''}: {aligner.describe()}")
     return aligner
 
 
-def _read_sentences(src_path: str, tgt_path: str, lowercase: bool = True) -> tuple[list[list[str]], list[list[str]]]:
-    from attnmt.alignment import tokenize
+def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
+    """The aligner of the sources given: vectors, one translator, or the geometric mean of several."""
+    from attnmt.alignment import CombinedAligner
+
+    parts, names = [], []
+    for run in args.model or []:
+        aligner = _translator_aligner(args, run)
+        parts.append(aligner)
+        names.append(f"{run} ({'→'.join(aligner.run_languages)})")
+    translators = len(parts)
+    vector_share = 0.0
+    if args.vectors is not None:
+        aligner, src_vectors, tgt_vectors = _vector_aligner(args)
+        _report_unknown("source", [[word.lower() for word in s] for s in src_sentences], src_vectors)
+        _report_unknown("target", [[word.lower() for word in t] for t in tgt_sentences], tgt_vectors)
+        parts.append(aligner)
+        names.append(f"vectors {args.vectors}")
+        vector_share = 1.0 if not translators else \
+            DEFAULT_VECTOR_WEIGHT if args.vector_weight is None else args.vector_weight
+    shares = [(1.0 - vector_share) / max(translators, 1)] * translators + ([vector_share] if args.vectors else [])
+    if len(parts) == 1:
+        weight_fn = parts[0]
+    else:
+        weight_fn = CombinedAligner(parts, shares, names)
+        print(f"combined: {weight_fn.describe()}")
+    if hasattr(weight_fn, "precompute"):  # many pairs per forward call; align_corpus then looks them up
+        weight_fn.precompute(src_sentences, tgt_sentences, progress=True)
+    return weight_fn
+
+
+def _read_sentences(src_path: str, tgt_path: str) -> tuple[list[list[str]], list[list[str]]]:
+    """Both files split on spaces, case kept; DataError when their line counts differ."""
     from attnmt.data.corpus import read_lines
     from attnmt.errors import DataError
 
@@ -127,8 +177,7 @@ def _read_sentences(src_path: str, tgt_path: str, lowercase: bool = True) -> tup
             f"parallel files have different line counts: {src_path} has {len(src_lines)} lines, "
             f"{tgt_path} has {len(tgt_lines)} lines"
         )
-    split = tokenize if lowercase else str.split
-    return [split(line) for line in src_lines], [split(line) for line in tgt_lines]
+    return [line.split() for line in src_lines], [line.split() for line in tgt_lines]
 
 
 def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
@@ -153,21 +202,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise DataError(f"{out} exists; pass --overwrite to replace it")
-    src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt, lowercase=args.model is None)
+    # Words keep their case here: a translator needs it, vector attention lower-cases for itself.
+    src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt)
     gold = None
     if args.gold:
         gold_format = args.gold_format or ("naacl" if Path(args.gold).suffix in (".naacl", ".wa") else "pharaoh")
         gold = read_gold(args.gold, gold_format, [len(s) for s in src_sentences], [len(s) for s in tgt_sentences],
                          one_based=args.gold_one_based)
-    if args.model is not None:
-        weight_fn = _translator_aligner(args)
-        # Many pairs per forward call; align_corpus below then only looks the weights up.
-        weight_fn.precompute(src_sentences, tgt_sentences, progress=True)
-    else:
-        weight_fn, src_vectors, tgt_vectors = _vector_aligner(args)
-        _report_unknown("source", src_sentences, src_vectors)
-        _report_unknown("target", tgt_sentences, tgt_vectors)
-
+    weight_fn = _weight_function(args, src_sentences, tgt_sentences)
     alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, progress=True)
     write_pharaoh(out, alignments, overwrite=True)
     print(f"aligned {len(alignments)} pairs with {args.method}: {sum(map(len, alignments))} links; wrote {out}")
