@@ -1,0 +1,36 @@
+"""The YAML recipes in configs/ load and validate, and the French→English Hansards config stays the
+exact mirror of the English→French one (so the two translators combined by `attnmt align` differ
+only in direction)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnmt.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda path: path.name)
+def test_every_recipe_loads_and_validates(path):
+    config = load_config(path)
+    assert config.model["type"] in ("rnn", "transformer")
+    assert config.training.max_minutes is None or config.training.max_minutes > 0
+
+
+def test_hansards_french_to_english_mirrors_english_to_french():
+    forward = load_config(CONFIGS / "hansards_rnn.yaml").to_dict()
+    reverse = load_config(CONFIGS / "hansards_rnn_fr_en.yaml").to_dict()
+    assert (forward["data"]["src_lang"], forward["data"]["tgt_lang"]) == ("en", "fr")
+    assert (reverse["data"]["src_lang"], reverse["data"]["tgt_lang"]) == ("fr", "en")
+    for split in ("train", "valid"):
+        assert list(reverse["data"][split]) == list(reversed(forward["data"][split]))
+    assert {name: list(reversed(files)) for name, files in forward["data"]["test"].items()} == \
+        {name: list(files) for name, files in reverse["data"]["test"].items()}
+    swapped = ("src_lang", "tgt_lang", "train", "valid", "test")
+    assert {k: v for k, v in forward["data"].items() if k not in swapped} == \
+        {k: v for k, v in reverse["data"].items() if k not in swapped}
+    for section in ("model", "training", "search"):
+        assert forward[section] == reverse[section], section
