@@ -24,10 +24,17 @@ output row) for comparison. Baseline measured in the same run: the position-only
 distortion prior alone, tuned on trial). Target: test AER ≤ 0.15. The vector section is not
 recomputed then; its best test AER is quoted from the file.
 
+Combinations (``--run`` with ``--reverse-run RUN`` and/or ``--vectors DIR``), each a separate,
+labelled row set, never mixed into the single translator's numbers: the weighted geometric mean
+(``attnmt.alignment.combine``) of the translator's attention with that of a translator trained the
+other way round (fr → en, its weights transposed; equal shares), with vector attention (the
+vector share and the vector scoring τ, κ chosen per method on trial), or with both.
+
 Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`` section, or the
 ``"translator"`` section with ``--run``; the other sections already in the file are kept).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
-or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]``
+or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
+     [--reverse-run runs/hansards-rnn-fr-en] [--vectors DIR]``
 """
 
 from __future__ import annotations
@@ -239,6 +246,9 @@ def vector_main(args) -> int:
 # ---- translator attention ------------------------------------------------------------------------
 
 TARGET_AER = 0.15
+VECTOR_SHARES = (0.3, 0.4, 0.5, 0.6, 0.7)
+COMBINED_TEMPERATURES = (0.05, 0.1, 0.2)
+COMBINED_DISTORTIONS = (0.0, 5.0, 10.0)
 
 
 def readings(layers: int, heads: int) -> list[tuple[int, int | None, bool]]:
@@ -266,6 +276,78 @@ def score_reading(split, forced, reading, methods=LINK_METHODS) -> dict[str, dic
 def describe_reading(reading) -> str:
     layer, head, shift = reading
     return f"L{layer} {'mean' if head is None else f'h{head}'}{' shift' if shift else ''}"
+
+
+def score_matrices(split, matrices, methods=LINK_METHODS) -> dict[str, dict[str, float]]:
+    """AER, precision, recall, F1 of every link method for given word weights (one matrix per pair)."""
+    _, _, gold = split
+    return {method: alignment_error_rate([extract_links(matrix, method) for matrix in matrices], gold.sure,
+                                         gold.possible)
+            for method in methods}
+
+
+def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str, dict]:
+    """The geometric-mean combinations of the translators' default readings and vector attention.
+
+    translators: name -> {"trial": [W], "test": [W]} (alignment orientation); vectors: a
+    (src WordVectors, tgt WordVectors) pair or None. Shares: translators equal; with vectors, the
+    vector share and the scoring (τ, κ) are chosen per method on trial from the grid above.
+    """
+    from attnmt.alignment import VectorAligner, combine_weights
+
+    def mean_of(parts: list[list[np.ndarray]], shares) -> list[np.ndarray]:
+        return [combine_weights(list(pair), shares) for pair in zip(*parts)]
+
+    def rows_for(trial_results, test_results, settings) -> dict:
+        return {method: {**settings[method], "trial_aer": round(trial_results[method]["aer"], 4),
+                         **{key: round(value, 4) for key, value in test_results[method].items()}}
+                for method in LINK_METHODS}
+
+    names = list(translators)
+    results = {}
+    if len(names) == 2:
+        shares = [0.5, 0.5]
+        trial_scores = score_matrices(trial, mean_of([translators[n]["trial"] for n in names], shares))
+        test_scores = score_matrices(test, mean_of([translators[n]["test"] for n in names], shares))
+        results["both directions"] = {
+            "parts": names, "shares": shares, "tuning": "none (default readings, equal shares)",
+            "methods": rows_for(trial_scores, test_scores, {method: {} for method in LINK_METHODS})}
+    if vectors is None:
+        return results
+    src_vectors, tgt_vectors = vectors
+    vector_weights = {}
+    for temperature in COMBINED_TEMPERATURES:
+        for distortion in COMBINED_DISTORTIONS:
+            aligner = VectorAligner(src_vectors, tgt_vectors, VectorScoring("cosine", temperature, distortion),
+                                    lowercase=True)
+            vector_weights[temperature, distortion] = {
+                split_name: [aligner(s, t) for s, t in zip(split[0], split[1])]
+                for split_name, split in (("trial", trial), ("test", test))}
+    groups = [[names[0]]] + ([names] if len(names) == 2 else [])
+    for group in groups:
+        label = ("translator" if len(group) == 1 else "both directions") + " + vectors"
+        best: dict[str, tuple[float, tuple]] = {}
+        for key, weights in vector_weights.items():
+            for vector_share in VECTOR_SHARES:
+                shares = [(1 - vector_share) / len(group)] * len(group) + [vector_share]
+                parts = [translators[name]["trial"] for name in group] + [weights["trial"]]
+                for method, result in score_matrices(trial, mean_of(parts, shares)).items():
+                    if method not in best or result["aer"] < best[method][0] - 1e-12:
+                        best[method] = (result["aer"], (*key, vector_share))
+        settings, test_scores, trial_scores = {}, {}, {}
+        for method, (trial_aer, (temperature, distortion, vector_share)) in best.items():
+            shares = [(1 - vector_share) / len(group)] * len(group) + [vector_share]
+            parts = [translators[name]["test"] for name in group] + [vector_weights[temperature, distortion]["test"]]
+            test_scores[method] = score_matrices(test, mean_of(parts, shares), [method])[method]
+            trial_scores[method] = {"aer": trial_aer}
+            settings[method] = {"vector_share": vector_share, "temperature": temperature, "distortion": distortion}
+        results[label] = {
+            "parts": [*group, "vector attention"],
+            "tuning": {"set": "trial (37 pairs)", "vector_shares": VECTOR_SHARES,
+                       "temperatures": COMBINED_TEMPERATURES, "distortions": COMBINED_DISTORTIONS,
+                       "translator_shares": "equal, (1 - vector_share) each / number of translators"},
+            "methods": rows_for(trial_scores, test_scores, settings)}
+    return results
 
 
 def translator_main(args) -> int:
@@ -333,6 +415,8 @@ def translator_main(args) -> int:
              if vector_best in vector_methods else ""))
     print(f"force-decoding: {len(test[0])} pairs in {decoding_seconds:.1f} s")
 
+    combined = combination_section(args, aligner, trial, test, trial_forced, test_forced, default)
+
     translator = aligner.translator
     progress = translator.checkpoint_info.get("progress") or {}
     write_section(out, "translator", {
@@ -360,6 +444,7 @@ def translator_main(args) -> int:
         "vector_best_test_aer_from_file": vector_methods[vector_best]["aer"] if vector_best in vector_methods else None,
         "published_aer": PUBLISHED,
         "force_decoding_seconds_test": round(decoding_seconds, 2),
+        "combinations": combined,
         "seconds": round(time.perf_counter() - started, 1),
         "machine": f"{platform.machine()} {platform.python_version()} numpy {np.__version__} torch "
                    f"{torch.__version__} threads {torch.get_num_threads()}",
@@ -367,16 +452,76 @@ def translator_main(args) -> int:
     return 0
 
 
+def combination_section(args, aligner, trial, test, trial_forced, test_forced, default) -> dict:
+    """Force-decode with ``--reverse-run``, load ``--vectors``, score the combinations, print a table."""
+    from attnmt.alignment.translator import TranslatorAligner
+
+    if args.reverse_run is None and args.vectors is None:
+        return {}
+    layer, head, shift = default
+
+    def word_weights(forced, split):  # a pair with an empty side: zeros, as TranslatorAligner.weights_many
+        return [pair.word_weights(layer, head, shift) if pair is not None else np.zeros((len(t), len(s)))
+                for pair, s, t in zip(forced, split[0], split[1])]
+
+    forward = f"{args.run} ({'→'.join(aligner.run_languages)})"
+    translators = {forward: {"trial": word_weights(trial_forced, trial), "test": word_weights(test_forced, test)}}
+    combined: dict[str, dict] = {}
+    if args.reverse_run is not None:
+        reverse = TranslatorAligner(args.reverse_run, args.checkpoint, src_lang="en", max_tokens=args.max_tokens,
+                                    num_threads=args.threads)
+        if not reverse.reversed:
+            raise SystemExit(f"--reverse-run {args.reverse_run} translates {'→'.join(reverse.run_languages)}; "
+                             "expected fr→en")
+        print(f"{args.reverse_run}: {reverse.describe()}")
+        name = f"{args.reverse_run} ({'→'.join(reverse.run_languages)})"
+        translators[name] = {split_name: reverse.weights_many(split[0], split[1], progress=True)
+                             for split_name, split in (("trial", trial), ("test", test))}
+        trial_scores = score_matrices(trial, translators[name]["trial"])
+        test_scores = score_matrices(test, translators[name]["test"])
+        progress = reverse.translator.checkpoint_info.get("progress") or {}
+        combined["reverse direction alone"] = {
+            "parts": [name], "description": reverse.describe(),
+            "training": {key: progress.get(key) for key in ("step", "epoch", "elapsed_seconds", "stop_reason")},
+            "methods": {method: {"trial_aer": round(trial_scores[method]["aer"], 4),
+                                 **{key: round(value, 4) for key, value in test_scores[method].items()}}
+                        for method in LINK_METHODS}}
+    vectors = None
+    if args.vectors is not None:
+        src_vectors, tgt_vectors, info = load_vector_dir(args.vectors)
+        vectors = (src_vectors, tgt_vectors)
+        print(f"vectors: {args.vectors} ({info.get('method', 'unknown method')}, d={src_vectors.dim})")
+    combined.update(combinations(trial, test, translators, vectors))
+
+    print()
+    print("combinations (weighted geometric mean; shares and vector scoring chosen on trial), test AER by method")
+    header = f"{'combination':<34} " + " ".join(f"{method:>9}" for method in LINK_METHODS)
+    print(header)
+    print("-" * len(header))
+    for label, section in combined.items():
+        print(f"{label:<34} " + " ".join(f"{section['methods'][method]['aer']:>9.3f}" for method in LINK_METHODS))
+    for label, section in combined.items():
+        best = min(section["methods"], key=lambda method: section["methods"][method]["trial_aer"])
+        section["best_method_on_trial"] = best
+        section["best_test_aer"] = section["methods"][best]["aer"]
+        print(f"{label}: best on trial {best}, test AER {section['best_test_aer']:.3f} "
+              f"({json.dumps({k: v for k, v in section['methods'][best].items() if k not in ('f1',)})})")
+    return combined
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--vectors", default=None,
-                        help="folder with vectors from `attnmt embed`; built (and saved there) when absent")
+                        help="folder with vectors from `attnmt embed`; built (and saved there) when absent; "
+                        "with --run: the vectors combined with the translator's attention (must exist)")
     parser.add_argument("--max-lines", type=int, default=None, help="build the vectors from the first N pairs only")
     parser.add_argument("--dim", type=int, default=300)
     parser.add_argument("--min-count", type=int, default=2)
     parser.add_argument("--run", default=None,
                         help="a trained translator run: compute the translator section instead of the vector one")
     parser.add_argument("--checkpoint", default="best", help="checkpoint of --run: best (default) or last")
+    parser.add_argument("--reverse-run", default=None,
+                        help="with --run: a fr→en translator; its attention (transposed) is combined with --run's")
     parser.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per force-decoding call")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default=str(RESULTS))
