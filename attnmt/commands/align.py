@@ -34,7 +34,7 @@ TRANSLATOR_OPTIONS = ("checkpoint", "layer", "head", "shift", "src_lang", "max_t
 VECTOR_OPTIONS = ("temperature", "distortion")
 #: share of vector attention in the geometric mean with translators, chosen on the 37 trial pairs of
 #: the HLT-NAACL 2003 gold with the two Hansards translators (benchmarks/alignment.py)
-DEFAULT_VECTOR_WEIGHT = 0.5
+DEFAULT_VECTOR_WEIGHT = 0.7
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
