@@ -263,14 +263,7 @@ def readings(layers: int, heads: int) -> list[tuple[int, int | None, bool]]:
 
 def score_reading(split, forced, reading, methods=LINK_METHODS) -> dict[str, dict[str, float]]:
     """AER, precision, recall, F1 of every link method for one reading of the force-decoded pairs."""
-    _, _, gold = split
-    layer, head, shift = reading
-    predicted = {method: [] for method in methods}
-    for pair in forced:
-        weights = pair.word_weights(layer, head, shift)
-        for method in methods:
-            predicted[method].append(extract_links(weights, method))
-    return {method: alignment_error_rate(predicted[method], gold.sure, gold.possible) for method in methods}
+    return score_matrices(split, [pair.word_weights(*reading) for pair in forced], methods)
 
 
 def describe_reading(reading) -> str:
@@ -293,7 +286,7 @@ def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str
     (src WordVectors, tgt WordVectors) pair or None. Shares: translators equal; with vectors, the
     vector share and the scoring (τ, κ) are chosen per method on trial from the grid above.
     """
-    from attnmt.alignment import VectorAligner, combine_weights
+    from attnmt.alignment import VectorAligner, combine_weights, translator_vector_shares
 
     def mean_of(parts: list[list[np.ndarray]], shares) -> list[np.ndarray]:
         return [combine_weights(list(pair), shares) for pair in zip(*parts)]
@@ -329,14 +322,14 @@ def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str
         best: dict[str, tuple[float, tuple]] = {}
         for key, weights in vector_weights.items():
             for vector_share in VECTOR_SHARES:
-                shares = [(1 - vector_share) / len(group)] * len(group) + [vector_share]
+                shares = translator_vector_shares(len(group), vector_share)
                 parts = [translators[name]["trial"] for name in group] + [weights["trial"]]
                 for method, result in score_matrices(trial, mean_of(parts, shares)).items():
                     if method not in best or result["aer"] < best[method][0] - 1e-12:
                         best[method] = (result["aer"], (*key, vector_share))
         settings, test_scores, trial_scores = {}, {}, {}
         for method, (trial_aer, (temperature, distortion, vector_share)) in best.items():
-            shares = [(1 - vector_share) / len(group)] * len(group) + [vector_share]
+            shares = translator_vector_shares(len(group), vector_share)
             parts = [translators[name]["test"] for name in group] + [vector_weights[temperature, distortion]["test"]]
             test_scores[method] = score_matrices(test, mean_of(parts, shares), [method])[method]
             trial_scores[method] = {"aer": trial_aer}

@@ -94,3 +94,12 @@ def test_combined_aligner_names_the_part_with_a_wrong_shape():
         aligner(["a", "b"], ["x", "y", "z"])
     with pytest.raises(ValueError, match="2 parts but 1 names"):
         CombinedAligner([right, wrong], [0.5, 0.5], names=["one"])
+
+
+def test_translator_vector_shares():
+    from attnmt.alignment import translator_vector_shares
+
+    np.testing.assert_allclose(translator_vector_shares(2, 0.7), [0.15, 0.15, 0.7])
+    assert translator_vector_shares(1, 0.4) == pytest.approx([0.6, 0.4])
+    assert translator_vector_shares(2, None) == [0.5, 0.5]
+    assert translator_vector_shares(0, 0.7) == [1.0]  # vectors alone take everything

@@ -30,6 +30,7 @@ _SUBMODULE_OF = {
     "train_cross_lingual_vectors": "embed",
     "CombinedAligner": "combine",
     "combine_weights": "combine",
+    "translator_vector_shares": "combine",
     "align_corpus": "links",
     "extract_links": "links",
     "format_pharaoh": "links",

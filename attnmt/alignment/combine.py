@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DEFAULT_FLOOR", "CombinedAligner", "combine_weights"]
+__all__ = ["DEFAULT_FLOOR", "CombinedAligner", "combine_weights", "translator_vector_shares"]
 
 #: smallest weight taken into the logarithm: a zero weight counts as 1e-9, not as -inf
 DEFAULT_FLOOR = 1e-9
@@ -46,6 +46,19 @@ def _checked_shares(shares: Sequence[float], count: int) -> np.ndarray:
     if not math.isclose(float(values.sum()), 1.0, rel_tol=0, abs_tol=1e-9):
         raise ValueError(f"combine: shares must sum to 1, got {values.tolist()} (sum {values.sum():.6g})")
     return values
+
+
+def translator_vector_shares(translators: int, vector_share: float | None) -> list[float]:
+    """Shares for ``translators`` translators followed by vector attention (None: no vectors).
+
+    Vector attention gets ``vector_share`` (all of it when there is no translator), the translators
+    split the rest equally: ``translator_vector_shares(2, 0.7) == [0.15, 0.15, 0.7]``.
+    """
+    if vector_share is None:
+        return [1.0 / translators] * translators
+    if translators == 0:
+        return [1.0]
+    return [(1.0 - vector_share) / translators] * translators + [vector_share]
 
 
 def combine_weights(

@@ -138,7 +138,7 @@ def _translator_aligner(args: argparse.Namespace, run: str):
 
 def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
     """The aligner of the sources given: vectors, one translator, or the geometric mean of several."""
-    from attnmt.alignment import CombinedAligner
+    from attnmt.alignment import CombinedAligner, translator_vector_shares
 
     parts, names = [], []
     for run in args.model or []:
@@ -146,16 +146,15 @@ def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
         parts.append(aligner)
         names.append(f"{run} ({'→'.join(aligner.run_languages)})")
     translators = len(parts)
-    vector_share = 0.0
+    vector_share = None
     if args.vectors is not None:
         aligner, src_vectors, tgt_vectors = _vector_aligner(args)
         _report_unknown("source", [[word.lower() for word in s] for s in src_sentences], src_vectors)
         _report_unknown("target", [[word.lower() for word in t] for t in tgt_sentences], tgt_vectors)
         parts.append(aligner)
         names.append(f"vectors {args.vectors}")
-        vector_share = 1.0 if not translators else \
-            DEFAULT_VECTOR_WEIGHT if args.vector_weight is None else args.vector_weight
-    shares = [(1.0 - vector_share) / max(translators, 1)] * translators + ([vector_share] if args.vectors else [])
+        vector_share = DEFAULT_VECTOR_WEIGHT if args.vector_weight is None else args.vector_weight
+    shares = translator_vector_shares(translators, vector_share)
     if len(parts) == 1:
         weight_fn = parts[0]
     else:
