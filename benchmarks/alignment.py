@@ -279,6 +279,13 @@ def score_matrices(split, matrices, methods=LINK_METHODS) -> dict[str, dict[str,
             for method in methods}
 
 
+def result_rows(trial_results, test_results, settings=None) -> dict:
+    """Per link method: its settings (if any), the trial AER and the test scores, rounded to 4 places."""
+    return {method: {**(settings or {}).get(method, {}), "trial_aer": round(trial_results[method]["aer"], 4),
+                     **{key: round(value, 4) for key, value in test_results[method].items()}}
+            for method in LINK_METHODS}
+
+
 def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str, dict]:
     """The geometric-mean combinations of the translators' default readings and vector attention.
 
@@ -291,11 +298,6 @@ def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str
     def mean_of(parts: list[list[np.ndarray]], shares) -> list[np.ndarray]:
         return [combine_weights(list(pair), shares) for pair in zip(*parts)]
 
-    def rows_for(trial_results, test_results, settings) -> dict:
-        return {method: {**settings[method], "trial_aer": round(trial_results[method]["aer"], 4),
-                         **{key: round(value, 4) for key, value in test_results[method].items()}}
-                for method in LINK_METHODS}
-
     names = list(translators)
     results = {}
     if len(names) == 2:
@@ -304,7 +306,7 @@ def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str
         test_scores = score_matrices(test, mean_of([translators[n]["test"] for n in names], shares))
         results["both directions"] = {
             "parts": names, "shares": shares, "tuning": "none (default readings, equal shares)",
-            "methods": rows_for(trial_scores, test_scores, {method: {} for method in LINK_METHODS})}
+            "methods": result_rows(trial_scores, test_scores)}
     if vectors is None:
         return results
     src_vectors, tgt_vectors = vectors
@@ -339,7 +341,7 @@ def combinations(trial, test, translators: dict[str, dict], vectors) -> dict[str
             "tuning": {"set": "trial (37 pairs)", "vector_shares": VECTOR_SHARES,
                        "temperatures": COMBINED_TEMPERATURES, "distortions": COMBINED_DISTORTIONS,
                        "translator_shares": "equal, (1 - vector_share) each / number of translators"},
-            "methods": rows_for(trial_scores, test_scores, settings)}
+            "methods": result_rows(trial_scores, test_scores, settings)}
     return results
 
 
@@ -470,15 +472,12 @@ def combination_section(args, aligner, trial, test, trial_forced, test_forced, d
         name = f"{args.reverse_run} ({'→'.join(reverse.run_languages)})"
         translators[name] = {split_name: reverse.weights_many(split[0], split[1], progress=True)
                              for split_name, split in (("trial", trial), ("test", test))}
-        trial_scores = score_matrices(trial, translators[name]["trial"])
-        test_scores = score_matrices(test, translators[name]["test"])
         progress = reverse.translator.checkpoint_info.get("progress") or {}
         combined["reverse direction alone"] = {
             "parts": [name], "description": reverse.describe(),
             "training": {key: progress.get(key) for key in ("step", "epoch", "elapsed_seconds", "stop_reason")},
-            "methods": {method: {"trial_aer": round(trial_scores[method]["aer"], 4),
-                                 **{key: round(value, 4) for key, value in test_scores[method].items()}}
-                        for method in LINK_METHODS}}
+            "methods": result_rows(score_matrices(trial, translators[name]["trial"]),
+                                   score_matrices(test, translators[name]["test"]))}
     vectors = None
     if args.vectors is not None:
         src_vectors, tgt_vectors, info = load_vector_dir(args.vectors)
