@@ -81,6 +81,13 @@ class TrainingConfig:
                              (matrix products in bfloat16; weights, gradients, optimizer state, the
                              loss and all validation stay float32); 1.3-1.6x the tokens/s on CPUs with
                              AVX512-BF16 or AMX (benchmarks/training_speed.py); possibly slower on others
+    guide_weight             λ of the guided-alignment loss, used when ``data.train_links`` is set
+                             (attnmt.alignment.guide): loss = CE + λ · Σ −A log a / target tokens
+    guide_layer              the decoder layer whose attention is guided, from 1 (−1 = last; null =
+                             the penultimate one, the only one for an RNN), as ``attnmt align --layer``
+    guide_head               the head guided (from 1), null = the mean over the heads
+    guide_shift              guide the step whose decoder *input* is the target word (read it with
+                             ``attnmt align --shift``) instead of the step that predicts it
     """
 
     seed: int = 1
@@ -103,6 +110,10 @@ class TrainingConfig:
     bleu_max_sentences: int | None = None
     examples: int = 3
     precision: str = "fp32"
+    guide_weight: float = 1.0
+    guide_layer: int | None = None
+    guide_head: int | None = None
+    guide_shift: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -151,8 +162,16 @@ class TrainingConfig:
             fail("examples", "an integer >= 0")
         if self.precision not in PRECISIONS:
             fail("precision", f"one of {', '.join(PRECISIONS)}")
+        if not _is_number(self.guide_weight) or self.guide_weight <= 0:
+            fail("guide_weight", "a number > 0")
+        for key in ("guide_layer", "guide_head"):
+            value = getattr(self, key)
+            if value is not None and (not _is_int(value) or value == 0):
+                fail(key, "a non-zero integer (from 1, or negative from the end) or null")
+        if not isinstance(self.guide_shift, bool):
+            fail("guide_shift", "true or false")
         # Integers are fine where floats are meant (YAML reads "1" as an int).
-        for key in ("lr", "label_smoothing", "lr_decay", "min_lr"):
+        for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight"):
             setattr(self, key, float(getattr(self, key)))
         for key in ("max_minutes", "clip_norm"):
             if getattr(self, key) is not None:

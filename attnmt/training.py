@@ -153,16 +153,32 @@ def init_distributed() -> DistributedContext:
 class StepStats:
     """Sums over the real target tokens of one batch (of this rank)."""
 
-    loss_sum: float  # label-smoothed training loss
+    loss_sum: float  # label-smoothed training loss (without the guide term)
     nll_sum: float  # plain negative log-likelihood
     num_tokens: int
+    guide_sum: float = 0.0  # Σ −A log a of the guided-alignment term (before its weight)
+
+
+@dataclass
+class GuideBatch:
+    """The guided-alignment term of one batch (``attnmt.alignment.guide``).
+
+    target [B, T, S] (A), weight λ, and the 0-based layer and head (None = mean) it guides.
+    """
+
+    target: Any
+    weight: float
+    layer: int
+    head: int | None
 
 
 def backward_on_batch(
-    model, batch, label_smoothing: float, global_tokens: float, world_size: int = 1, precision: str = "fp32"
+    model, batch, label_smoothing: float, global_tokens: float, world_size: int = 1, precision: str = "fp32",
+    guide: GuideBatch | None = None,
 ) -> StepStats:
     """Forward ``batch`` through ``model`` (plain or DDP-wrapped) and backpropagate its share of the
-    global loss ``loss_sum · world_size / global_tokens``.
+    global loss ``loss_sum · world_size / global_tokens``; with ``guide`` the loss summed is
+    ``loss_sum + λ · Σ −A log a`` (guided alignment, ``attnmt.alignment.guide``).
 
     ``precision="bf16"`` runs the forward pass under CPU bfloat16 autocast; the loss is computed
     from float32 logits and the gradients arrive in the float32 parameters.
@@ -177,10 +193,18 @@ def backward_on_batch(
     if global_tokens <= 0:
         raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+        logits, attention = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads" if guide else False)
     loss_sum, nll_sum, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, label_smoothing)
-    (loss_sum * (world_size / global_tokens)).backward()
-    return StepStats(float(loss_sum.detach()), float(nll_sum), count)
+    total = loss_sum
+    guide_sum = 0.0
+    if guide is not None:
+        from attnmt.alignment.guide import guide_attention, guided_alignment_loss
+
+        guide_term = guided_alignment_loss(guide_attention(attention, guide.layer, guide.head), guide.target)
+        total = loss_sum + guide.weight * guide_term
+        guide_sum = float(guide_term.detach())
+    (total * (world_size / global_tokens)).backward()
+    return StepStats(float(loss_sum.detach()), float(nll_sum), count, guide_sum)
 
 
 # ================================================================================================
@@ -335,6 +359,7 @@ class TrainState:
     window_steps: int = 0
     window_seconds: float = 0.0
     window_grad_norm: float = 0.0
+    window_guide: float = 0.0
     epoch_loss: float = 0.0
     epoch_nll: float = 0.0
     epoch_tokens: float = 0.0
@@ -525,6 +550,10 @@ class Trainer:
         torch.set_num_threads(training_threads(training.num_threads, ctx.world_size))
 
         data_cfg = cfg.data
+        if data_cfg.train_links is not None:  # before minutes of tokenizer training, not after
+            from attnmt.alignment.guide import check_links_file
+
+            check_links_file(data_cfg.resolve(data_cfg.train_links))
         self.train_corpus = load_split(data_cfg, "train")
         self.valid_corpus = load_split(data_cfg, "valid")
 
@@ -556,9 +585,18 @@ class Trainer:
         from attnmt.data import make_batches
 
         self.valid_batches = make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data_cfg.max_tokens, shuffle=False)
+        self.guide = None
+        if data_cfg.train_links is not None:
+            from attnmt.alignment.guide import AlignmentGuide
+
+            self.guide, report = AlignmentGuide.from_links(
+                data_cfg.resolve(data_cfg.train_links), self.train_corpus, train_ids, tokenizers, training.guide_shift
+            )
+            self._say(report.summary())
 
         seed_everything(training.seed)
         self.model = build_model(dict(cfg.model), tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+        self.guide_position = self._guide_position() if self.guide is not None else None
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=training.lr)
         self.scheduler = LearningRateSchedule(self.optimizer, training)
         self.state = TrainState(world_size=ctx.world_size)
@@ -602,6 +640,21 @@ class Trainer:
             f"{tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}; {count_parameters(self.model):,} parameters"
             + (f"; {ctx.world_size} processes" if ctx.distributed else "")
         )
+
+    def _guide_position(self) -> tuple[int, int | None]:
+        """The 0-based (layer, head) ``training.guide_layer`` / ``guide_head`` name in this model."""
+        from attnmt.alignment.translator import cross_attention_layers, default_layer, resolve_position
+
+        training = self.config.training
+        if self.config.model.get("attention") == "none" or not getattr(self.model, "attention_heads", 0):
+            raise ConfigError("data.train_links: guided alignment needs a model with attention over the source, "
+                              "not attention: none")
+        layers = cross_attention_layers(self.model)
+        layer = resolve_position(default_layer(layers) if training.guide_layer is None else training.guide_layer,
+                                 layers, "decoder layer")
+        head = None if training.guide_head is None else resolve_position(
+            training.guide_head, int(self.model.attention_heads), "head")
+        return layer, head
 
     # ---- checkpoints --------------------------------------------------------------------------
 
@@ -735,8 +788,9 @@ class Trainer:
             "grad_norm": state.window_grad_norm / state.window_steps,
             "tokens_per_s": state.window_tokens / max(state.window_seconds, 1e-9),
             "elapsed": state.elapsed_seconds,
+            **({"guide": state.window_guide / max(state.window_tokens, 1)} if self.guide is not None else {}),
         })
-        state.window_loss = state.window_nll = state.window_tokens = 0.0
+        state.window_loss = state.window_nll = state.window_tokens = state.window_guide = 0.0
         state.window_steps = 0
         state.window_seconds = state.window_grad_norm = 0.0
 
@@ -829,14 +883,15 @@ class Trainer:
                     self.optimizer.zero_grad(set_to_none=True)
                     self.scheduler.set_step(state.step + 1)
                     stats = backward_on_batch(
-                        self.ddp_model, batch, training.label_smoothing, global_tokens, ctx.world_size, training.precision
+                        self.ddp_model, batch, training.label_smoothing, global_tokens, ctx.world_size, training.precision,
+                        self._guide_batch(batch),
                     )
                     grad_norm = (
                         float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), training.clip_norm))
                         if training.clip_norm is not None else _grad_norm(self.model)
                     )
                     self.optimizer.step()
-                    loss_sum, nll_sum = ctx.all_reduce_sum([stats.loss_sum, stats.nll_sum])
+                    loss_sum, nll_sum, guide_sum = ctx.all_reduce_sum([stats.loss_sum, stats.nll_sum, stats.guide_sum])
                     seconds = time.perf_counter() - started
 
                     state.step += 1
@@ -848,6 +903,7 @@ class Trainer:
                     state.window_steps += 1
                     state.window_seconds += seconds
                     state.window_grad_norm += grad_norm
+                    state.window_guide += guide_sum
                     state.epoch_loss += loss_sum
                     state.epoch_nll += nll_sum
                     state.epoch_tokens += global_tokens
@@ -916,6 +972,13 @@ class Trainer:
             with open(self.run_dir / METRICS, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(summary) + "\n")
         return result
+
+    def _guide_batch(self, batch) -> GuideBatch | None:
+        if self.guide is None:
+            return None
+        layer, head = self.guide_position
+        target = self.guide.target(batch.indices, batch.tgt_in.shape[1], batch.src.shape[1])
+        return GuideBatch(target, self.config.training.guide_weight, layer, head)
 
     def _collate(self, indices: list[int]):
         from attnmt.data import collate

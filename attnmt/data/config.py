@@ -21,7 +21,10 @@ Both take the tokenizer and batching knobs: ``vocab_size`` (8000), ``joint_vocab
 ``tokenizer_type`` ("unigram" or "bpe"), ``character_coverage`` (1.0), ``max_length`` (100
 subword tokens a side; training pairs that are longer are dropped, validation and test sets are
 never cut; null keeps all) and ``max_tokens`` (4096; a batch holds at most B · max(S, T) padded
-tokens, see ``batching``).
+tokens, see ``batching``). ``train_links`` (null) names a file of word links for the training
+pairs (Pharaoh ``i-j``, 0-based, source first, one line per line of the ``train`` files; e.g.
+written by ``attnmt align``): with it, training guides the attention towards them
+(``attnmt.alignment.guide``; weight and reading in the ``training:`` section).
 
 **Relative paths** (files and ``data_dir``) are resolved against ``base_dir``: the folder of the
 config file when the caller passes it to ``from_dict`` (the trainer does), else the current
@@ -56,6 +59,7 @@ class DataConfig:
     train: tuple[str, str] | None = None
     valid: tuple[str, str] | None = None
     test: dict[str, tuple[str, str]] = field(default_factory=dict)
+    train_links: str | None = None
     vocab_size: int = 8000
     joint_vocab: bool = True
     tokenizer_type: str = "unigram"
@@ -105,8 +109,9 @@ class DataConfig:
             if result[key] is not None:
                 result[key] = [resolve(p) for p in result[key]]
         result["test"] = {name: [resolve(p) for p in pair] for name, pair in result["test"].items()}
-        if resolve_paths and result["data_dir"] is not None:
-            result["data_dir"] = resolve(result["data_dir"])
+        for key in ("data_dir", "train_links"):
+            if resolve_paths and result[key] is not None:
+                result[key] = resolve(result[key])
         return result
 
     # ---- checks ------------------------------------------------------------------------------
@@ -140,6 +145,10 @@ class DataConfig:
             raise ConfigError("data: give either dataset: multi30k or train: [src_file, tgt_file]")
         if self.data_dir is not None and not isinstance(self.data_dir, (str, Path)):
             raise ConfigError(f"data.data_dir: must be a folder path or null, got {self.data_dir!r}")
+        if self.train_links is not None:
+            if not isinstance(self.train_links, (str, Path)) or not str(self.train_links).strip():
+                raise ConfigError(f"data.train_links: must be a file path or null, got {self.train_links!r}")
+            self.train_links = str(self.train_links)
         _check_int("vocab_size", self.vocab_size, minimum=5)
         _check_int("max_tokens", self.max_tokens, minimum=1)
         if self.max_length is not None:
