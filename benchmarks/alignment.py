@@ -31,10 +31,12 @@ other way round (fr → en, its weights transposed; equal shares), with vector a
 vector share and the vector scoring τ, κ chosen per method on trial), or with both.
 
 Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`` section, or the
-``"translator"`` section with ``--run``; the other sections already in the file are kept).
+``"translator"`` section with ``--run``, or the one ``--section`` names; the other sections already
+in the file are kept). A run trained with guided alignment (``data.train_links``) records its guide
+settings there (``alignment_guide``).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
 or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
-     [--reverse-run runs/hansards-rnn-fr-en] [--vectors DIR]``
+     [--reverse-run runs/hansards-rnn-fr-en] [--vectors DIR] [--section translator_guided]``
 """
 
 from __future__ import annotations
@@ -414,14 +416,19 @@ def translator_main(args) -> int:
 
     translator = aligner.translator
     progress = translator.checkpoint_info.get("progress") or {}
-    write_section(out, "translator", {
+    training_config = translator.config.get("training") or {}
+    write_section(out, args.section, {
         "question": "AER of a trained translator's attention, read while force-decoding the gold pairs",
         "run": str(args.run),
         "checkpoint": args.checkpoint,
         "description": aligner.describe(),
         "model": dict(translator.config.get("model") or {}),
         "data": {key: value for key, value in (translator.config.get("data") or {}).items()
-                 if key in ("src_lang", "tgt_lang", "train", "valid", "vocab_size", "joint_vocab", "max_length")},
+                 if key in ("src_lang", "tgt_lang", "train", "valid", "vocab_size", "joint_vocab", "max_length",
+                            "train_links")},
+        "alignment_guide": ({key: training_config.get(key) for key in
+                             ("guide_weight", "guide_layer", "guide_head", "guide_shift")}
+                            if (translator.config.get("data") or {}).get("train_links") else None),
         "training": {key: (value if not isinstance(value, float) or math.isfinite(value) else None)
                      for key, value in progress.items()
                      if key in ("step", "epoch", "elapsed_seconds", "best_val_loss", "best_val_bleu", "best_step",
@@ -516,6 +523,9 @@ def main() -> int:
                         help="with --run: a fr→en translator; its attention (transposed) is combined with --run's")
     parser.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per force-decoding call")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--section", default="translator",
+                        help="with --run: the JSON section to write (default translator; e.g. translator_guided "
+                        "for a run trained with data.train_links, so both stay in the file)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if not GOLD.is_dir() or not HANSARDS.is_dir():

@@ -213,7 +213,11 @@ def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head
     assert "guide" in metrics[0]
 
     src, tgt = make_pairs(30, seed=3)  # pairs the run has not seen
-    aligner = TranslatorAligner(tmp_path / "run", "last", head=head, shift=shift)
+    aligner = TranslatorAligner(tmp_path / "run", "last")  # the run's guided reading by default
+    assert (aligner.head, aligner.shift, aligner.guided) == (head, shift, True)
+    assert "guided-alignment defaults" in aligner.describe()
+    overridden = TranslatorAligner(aligner.translator, head="mean", shift=not shift)
+    assert (overridden.head, overridden.shift) == (None, not shift)
     predicted = aligner.align([s.split() for s in src], [t.split() for t in tgt], method="src2tgt")
     wanted = [{(len(s.split()) - 1 - j, j) for j in range(len(s.split()))} for s in src]
     hits = sum(len(p & w) for p, w in zip(predicted, wanted)) / sum(len(w) for w in wanted)
@@ -262,7 +266,18 @@ def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(laye
     guide_sum = -(target * chosen.clamp_min(1e-9).log()).sum()
     loss_sum, _, _ = token_losses(logits, batch.tgt_out, batch.tgt_mask, 0.1)
     ((loss_sum + 0.7 * guide_sum) / batch.num_tgt_tokens).backward()
-    assert stats.guide_sum == pytest.approx(float(guide_sum), rel=1e-5)
-    assert stats.loss_sum == pytest.approx(float(loss_sum), rel=1e-5)
+    assert stats.guide_sum == pytest.approx(float(guide_sum.detach()), rel=1e-5)
+    assert stats.loss_sum == pytest.approx(float(loss_sum.detach()), rel=1e-5)
     for mine, expected in zip(got, (p.grad for p in model.parameters())):
         torch.testing.assert_close(mine, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_guided_reading_comes_from_the_run_config():
+    from attnmt.alignment.translator import guided_reading
+
+    assert guided_reading({"data": {"train_links": None}, "training": {"guide_head": 2}}) is None
+    assert guided_reading({}) is None
+    config = {"data": {"train_links": "a.links"}, "training": {"guide_layer": -1, "guide_head": 2, "guide_shift": True}}
+    assert guided_reading(config) == {"layer": -1, "head": 2, "shift": True}
+    assert guided_reading({"data": {"train_links": "a.links"}, "training": {}}) == \
+        {"layer": None, "head": "mean", "shift": False}

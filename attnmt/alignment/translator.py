@@ -68,6 +68,7 @@ __all__ = [
     "TranslatorAligner",
     "cross_attention_layers",
     "default_layer",
+    "guided_reading",
     "merge_spans",
     "piece_to_word_weights",
     "resolve_position",
@@ -166,6 +167,21 @@ def cross_attention_layers(model) -> int:
     return 1
 
 
+def guided_reading(run_config: dict | None) -> dict[str, Any] | None:
+    """The reading a run's attention was trained to align with, or None for a run without a guide.
+
+    ``{"layer": int | None, "head": int | "mean", "shift": bool}`` from ``training.guide_layer``,
+    ``guide_head`` (None there = the mean) and ``guide_shift`` of a run trained with ``data.train_links``.
+    """
+    run_config = run_config or {}
+    if not (run_config.get("data") or {}).get("train_links"):
+        return None
+    training = run_config.get("training") or {}
+    head = training.get("guide_head")
+    return {"layer": training.get("guide_layer"), "head": "mean" if head is None else head,
+            "shift": bool(training.get("guide_shift", False))}
+
+
 def default_layer(layers: int) -> int:
     """The layer read by default, numbered from 1: the penultimate one (the only one when ``layers`` is 1)."""
     return max(1, layers - 1)
@@ -258,10 +274,13 @@ class TranslatorAligner:
     run          a run folder, a checkpoint file, or a loaded :class:`attnmt.translator.Translator`
     checkpoint   "best" or "last" (for a run folder)
     layer, head  which cross-attention (module doc): numbers from 1, negative from the end;
-                 layer None = the default layer, head None = the mean over the heads
+                 head "mean" = the mean over the heads. None = the run's choice: the layer, head
+                 and reading its attention was trained to align with (``training.guide_*`` of a
+                 run trained with ``data.train_links``), else the default layer and the mean
     src_lang     the language of the alignment's source; the run's target language makes the
                  aligner force-decode the pair swapped and transpose (None = the run's source)
-    shift        read the step whose decoder *input* is the target piece (Shift-Att)
+    shift        read the step whose decoder *input* is the target piece (Shift-Att); None =
+                 the run's guided reading, else False
     renormalize  divide each row by its weight on real source pieces after dropping EOS
     max_tokens   bound on B · max(S, T) padded tokens per forward call
     num_threads  torch threads (None = leave torch's setting)
@@ -272,10 +291,10 @@ class TranslatorAligner:
         run,
         checkpoint: str = "best",
         layer: int | None = None,
-        head: int | None = None,
+        head: int | str | None = None,
         *,
         src_lang: str | None = None,
-        shift: bool = False,
+        shift: bool | None = None,
         renormalize: bool = True,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
@@ -288,10 +307,17 @@ class TranslatorAligner:
         model = self.translator.model
         self.layers = cross_attention_layers(model)
         self.heads = int(getattr(model, "attention_heads", 1) or 1)
-        self.layer = resolve_position(default_layer(self.layers) if layer is None else layer, self.layers,
-                                      "decoder layer") + 1
-        self.head = None if head is None else resolve_position(head, self.heads, "head") + 1
+        guided = guided_reading(self.translator.config)
+        if guided is not None:
+            layer = guided["layer"] if layer is None else layer
+            head = guided["head"] if head is None else head
+            shift = guided["shift"] if shift is None else shift
+        if layer is None:
+            layer = default_layer(self.layers)
+        self.layer = resolve_position(layer, self.layers, "decoder layer") + 1
+        self.head = None if head is None or head == "mean" else resolve_position(head, self.heads, "head") + 1
         self.shift = bool(shift)
+        self.guided = guided is not None
         self.renormalize = bool(renormalize)
         self.max_tokens = max_tokens
         tokenizers = self.translator.tokenizers
@@ -326,6 +352,8 @@ class TranslatorAligner:
         heads = f"head {self.head} of {self.heads}" if self.head is not None else \
             f"mean of {self.heads} head{'s' if self.heads != 1 else ''}"
         reading = "input reading (shift)" if self.shift else "output reading"
+        if self.guided:
+            reading += " (the run's guided-alignment defaults)"
         direction = (f"reversed: {tgt} is the alignment source, the pair is force-decoded {src} → {tgt} and the "
                      f"weights transposed") if self.reversed else f"alignment source {src} = the translator's source"
         return (f"{kind} translator {src} → {tgt}; layer {self.layer} of {self.layers}, {heads}, {reading}; "

@@ -5,7 +5,9 @@ with vector attention (see `attnmt align-words`). With --model RUN a trained tra
 pair: the source goes into its encoder, the target is force-decoded (teacher forcing), and its
 attention over the source, merged from subword pieces to words (EOS dropped), gives the weights.
 For a Transformer --layer and --head choose the cross-attention (numbers from 1, -1 = last; default:
-the mean over the heads of the penultimate layer). The direction comes from --src-lang (default:
+the mean over the heads of the penultimate layer). A run trained with guided alignment
+(data.train_links) is read by default with the layer, head and step its attention was trained to
+align with; --layer, --head (or --head mean) and --shift/--no-shift override that. The direction comes from --src-lang (default:
 the --src file's suffix when it names one of the run's languages, else the run's source language):
 a run trained the other way round is used with the pair swapped and its weights transposed.
 Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/or --model with
@@ -55,11 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     translator.add_argument("--layer", type=int, default=None,
                             help="decoder layer, from 1 (-1 = last; default: the penultimate, the only one "
                             "for an RNN)")
-    translator.add_argument("--head", type=int, default=None,
-                            help="attention head, from 1 (default: the mean over the heads)")
-    translator.add_argument("--shift", action="store_true", default=None,
+    translator.add_argument("--head", type=_head, default=None,
+                            help="attention head, from 1, or 'mean' (default: the mean over the heads)")
+    translator.add_argument("--shift", action=argparse.BooleanOptionalAction, default=None,
                             help="read the step whose decoder input is the target word instead of the step "
-                            "that predicts it (Shift-Att)")
+                            "that predicts it (Shift-Att); default off")
     translator.add_argument("--src-lang", default=None, metavar="LANG",
                             help="language of --src (default: its file suffix if it is one of the run's "
                             "languages, else the run's source language)")
@@ -74,6 +76,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "default: naacl for a .naacl/.wa file, else pharaoh")
     parser.add_argument("--gold-one-based", action="store_true",
                         help="Pharaoh gold positions count from 1 (default 0)")
+
+
+def _head(value: str) -> int | str:
+    """``--head``: an integer (from 1, negative from the end) or "mean"."""
+    if value == "mean":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or 'mean', got {value!r}") from None
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -128,7 +140,7 @@ def _translator_aligner(args: argparse.Namespace, run: str):
     languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
     src_lang = args.src_lang or _file_language(args.src, languages)
     aligner = TranslatorAligner(
-        translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=bool(args.shift),
+        translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=args.shift,
         max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
     )
     step = (translator.checkpoint_info.get("progress") or {}).get("step")
