@@ -34,3 +34,21 @@ def test_hansards_french_to_english_mirrors_english_to_french():
         {k: v for k, v in reverse["data"].items() if k not in swapped}
     for section in ("model", "training", "search"):
         assert forward[section] == reverse[section], section
+
+
+def test_hansards_guided_recipe_is_the_plain_one_plus_the_guide():
+    """The guided translator differs from configs/hansards_rnn.yaml only in its attention and the
+    guide, so the two runs' AER compare what guidance adds."""
+    plain = load_config(CONFIGS / "hansards_rnn.yaml").to_dict()
+    guided = load_config(CONFIGS / "hansards_rnn_guided.yaml").to_dict()
+    assert Path(guided["data"].pop("train_links")).name == "train.links"
+    assert plain["data"].pop("train_links") is None
+    assert guided["data"] == plain["data"]
+    assert (guided["model"].pop("attention"), guided["model"].pop("attention_options")) == \
+        ("multihead", {"num_heads": 4})
+    assert {k: v for k, v in plain["model"].items() if k not in ("attention", "attention_options")} == guided["model"]
+    guide_keys = ("guide_weight", "guide_head", "guide_shift")
+    assert (guided["training"]["guide_head"], guided["training"]["guide_shift"]) == (1, True)
+    assert {k: v for k, v in guided["training"].items() if k not in guide_keys} == \
+        {k: v for k, v in plain["training"].items() if k not in guide_keys}
+    assert guided["search"] == plain["search"]
