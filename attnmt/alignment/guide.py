@@ -203,9 +203,9 @@ def guide_attention(weights, layer: int, head: int | None):
     weights: [B, h, T, S] (RNN, ``return_attention="heads"``) or [B, L, h, T, S] (Transformer);
     ``layer`` and ``head`` are 0-based indices, ``head`` None = the mean over the heads.
     """
-    if weights.dim() == 4:
-        weights = weights.unsqueeze(1)
-    per_head = weights[:, layer]
+    from attnmt.alignment.translator import layers_and_heads
+
+    per_head = layers_and_heads(weights)[:, layer]
     return per_head.mean(dim=1) if head is None else per_head[:, head]
 
 

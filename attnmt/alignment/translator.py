@@ -69,6 +69,7 @@ __all__ = [
     "cross_attention_layers",
     "default_layer",
     "guided_reading",
+    "layers_and_heads",
     "merge_spans",
     "piece_to_word_weights",
     "resolve_position",
@@ -180,6 +181,12 @@ def guided_reading(run_config: dict | None) -> dict[str, Any] | None:
     head = training.get("guide_head")
     return {"layer": training.get("guide_layer"), "head": "mean" if head is None else head,
             "shift": bool(training.get("guide_shift", False))}
+
+
+def layers_and_heads(weights):
+    """A model's ``return_attention="heads"`` weights as [B, L, h, T, S]: single-layer models (the
+    RNN) give [B, h, T, S], which gets L = 1; a Transformer's [B, L, h, T, S] is returned as it is."""
+    return weights.unsqueeze(1) if weights.dim() == 4 else weights
 
 
 def default_layer(layers: int) -> int:
@@ -474,9 +481,7 @@ class TranslatorAligner:
             for batch in batches:
                 with torch.inference_mode():
                     _, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
-                if weights.dim() == 4:  # single-layer models: [B, h, T, S] -> [B, 1, h, T, S]
-                    weights = weights.unsqueeze(1)
-                weights = weights.float().cpu().numpy()
+                weights = layers_and_heads(weights).float().cpu().numpy()
                 for row, position in enumerate(batch.indices):
                     n, m = len(tgt_ids[position]), len(src_ids[position])
                     yield live[position], ForcedAttention(
