@@ -30,7 +30,8 @@ from typing import Any
 def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
     """Summed losses over the real target tokens.
 
-    logits:  [B, T, V]  unnormalised scores of the next token
+    logits:  [B, T, V]  unnormalised scores of the next token, or [N, V] those of the N real
+                        tokens only (``model(..., tgt_mask=mask)``: ``logits[mask]`` already)
     targets: [B, T]     the reference tokens (tokens + EOS, padded)
     mask:    [B, T]     True for real tokens, False for padding
     Returns ``(loss_sum, nll_sum, num_tokens)``: ``loss_sum`` is the training loss summed over the
@@ -41,12 +42,13 @@ def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
     import torch
     import torch.nn.functional as F
 
-    if logits.dim() != 3 or targets.shape != logits.shape[:2] or mask.shape != targets.shape:
+    selected_already = logits.dim() == 2 and mask.shape == targets.shape and logits.shape[0] == int(mask.sum())
+    if not selected_already and (logits.dim() != 3 or targets.shape != logits.shape[:2] or mask.shape != targets.shape):
         raise ValueError(
-            f"token_losses: expected logits [B, T, V], targets [B, T], mask [B, T]; got "
-            f"{tuple(logits.shape)}, {tuple(targets.shape)}, {tuple(mask.shape)}"
+            f"token_losses: expected logits [B, T, V] or [N, V] (N = real tokens), targets [B, T], "
+            f"mask [B, T]; got {tuple(logits.shape)}, {tuple(targets.shape)}, {tuple(mask.shape)}"
         )
-    selected = logits[mask]  # [N, V]
+    selected = logits if selected_already else logits[mask]  # [N, V]
     gold = targets[mask]  # [N]
     log_probs = F.log_softmax(selected.float(), dim=-1)
     nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [N]
@@ -83,7 +85,7 @@ def perplexity(model, batches: Iterable) -> PerplexityResult:
     try:
         with torch.no_grad():
             for batch in batches:
-                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, tgt_mask=batch.tgt_mask)
                 _, nll_sum, count = token_losses(logits, batch.tgt_out, batch.tgt_mask)
                 total_nll += float(nll_sum)
                 total_tokens += count

@@ -1,10 +1,14 @@
 """Greedy and batched beam search over any model with the incremental-decoding interface.
 
-The model needs (MODEL_API.md)::
+The model needs (the contract of ``attnmt.models``)::
 
     encoded = model.encode(src [B, S], src_mask [B, S])           # .index_select(index) -> same type
     state = model.init_decoder_state(encoded)                     # .index_select(index) -> same type
     log_probs [N, V], attention [N, S], state = model.decode_step(prev_tokens [N], state, encoded, step)
+
+and, optionally, ``encoded.with_beams(K)``: the encoding serving K consecutive decoder rows per
+sentence without copying it (the RNN has it); otherwise beam search repeats each sentence's
+encoding K times.
 
 Beam search keeps every sentence and every beam in one tensor: N = B·K rows go through one
 ``decode_step`` per output position. A step scores all K·V continuations of each sentence, keeps
@@ -34,8 +38,8 @@ followed to the length limit; stopping as soon as K hypotheses have ended instea
 low-scoring early EOS candidates end the search while a much better live beam is still growing.
 Done sentences leave the batch, so the tensors shrink as sentences finish: not one by one but
 once they are ``RETIRED_FRACTION`` of the sentences in it, because moving the encoder states
-([N, S, D] per tensor) costs about as much as a decoder step; until then their rows ride along
-and are ignored. Beam size 1 is
+([B, S, D] per tensor, [B·K, S, D] without ``with_beams``) costs a good part of a decoder step;
+until then their rows ride along and are ignored. Beam size 1 is
 defined as greedy search (the most probable token at every step, stopping at the first EOS).
 """
 
@@ -50,7 +54,7 @@ import torch
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
-# Fixed by attnmt.data's tokenizers and MODEL_API.md.
+# Fixed by attnmt.data's tokenizers and the contract of attnmt.models.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 # Done sentences leave beam search's tensors once they are this share of the sentences there.
@@ -234,7 +238,11 @@ def beam_search(
 
     with _inference(model):
         encoded = model.encode(src, src_mask)
-        encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(K))
+        shared = hasattr(encoded, "with_beams")  # the K beams of a sentence share its encoding
+        if shared:
+            encoded = encoded.with_beams(K)
+        else:
+            encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(K))
         state = model.init_decoder_state(encoded)
 
         # The active sentences (original indices), their length limits, and K beams for each.
@@ -316,6 +324,7 @@ def beam_search(
             if all(done):
                 break
             retired = done
+            keep = None
             if sum(done) >= max(1, RETIRED_FRACTION * len(done)):
                 kept_rows = [i for i, is_done in enumerate(done) if not is_done]
                 keep = torch.tensor(kept_rows, device=device)
@@ -326,9 +335,10 @@ def beam_search(
                 row_offsets = row_offsets[: len(kept_rows)]
                 retired = [False] * len(kept_rows)
             rows = rows.reshape(-1)
-            if len(sentence_ids) != active:
-                # Rows of one sentence share its encoding, so ``rows`` selects the kept sentences.
-                encoded = encoded.index_select(rows)
+            if keep is not None:
+                # A shared encoding has one row per sentence; a repeated one, one per decoder row
+                # (and the rows of a sentence share its encoding, so ``rows`` selects the kept ones).
+                encoded = encoded.index_select(keep if shared else rows)
             state = state.index_select(rows)
             tokens = torch.cat([tokens[rows], next_tokens.reshape(-1, 1)], dim=1)
             if return_attention:

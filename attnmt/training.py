@@ -193,7 +193,8 @@ def backward_on_batch(
     if global_tokens <= 0:
         raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        logits, attention = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads" if guide else False)
+        logits, attention = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads" if guide else False,
+                                  tgt_mask=batch.tgt_mask)  # logits of the real tokens only: [N, V]
     loss_sum, nll_sum, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, label_smoothing)
     total = loss_sum
     guide_sum = 0.0
@@ -706,7 +707,7 @@ class Trainer:
         nll_sum = tokens = 0.0
         with torch.no_grad():
             for batch in self.valid_batches[ctx.rank :: ctx.world_size]:
-                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in)
+                logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, tgt_mask=batch.tgt_mask)
                 _, nll, count = token_losses(logits, batch.tgt_out, batch.tgt_mask)
                 nll_sum += float(nll)
                 tokens += count

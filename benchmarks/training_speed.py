@@ -61,9 +61,11 @@ def make_batch(batch: int, length: int, vocab: int, generator: torch.Generator):
 
 
 def loss_parallel(model, src, src_mask, tgt_in, tgt_out):
-    """Teacher forcing through ``forward`` (the flow's own training path)."""
-    logits, _ = model(src, src_mask, tgt_in)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=PAD, reduction="sum")
+    """Teacher forcing through ``forward`` as the trainer calls it: the output layer runs only at
+    the real target tokens (``tgt_mask``), where the loss is."""
+    tgt_mask = tgt_out != PAD
+    logits, _ = model(src, src_mask, tgt_in, tgt_mask=tgt_mask)  # [N, V]
+    return F.cross_entropy(logits, tgt_out[tgt_mask], reduction="sum")
 
 
 def loss_step_loop(model, src, src_mask, tgt_in, tgt_out):

@@ -59,6 +59,17 @@ def test_label_smoothing_matches_torch_cross_entropy():
     assert float(loss_sum) != pytest.approx(float(nll_sum))
 
 
+def test_token_losses_take_logits_of_the_real_tokens_only():
+    logits, targets, mask = _random_batch(seed=4)
+    full = token_losses(logits, targets, mask, label_smoothing=0.1)
+    selected = token_losses(logits[mask], targets, mask, label_smoothing=0.1)
+    assert selected[2] == full[2] == 9
+    assert float(selected[0]) == pytest.approx(float(full[0]), rel=1e-7)
+    assert float(selected[1]) == pytest.approx(float(full[1]), rel=1e-7)
+    with pytest.raises(ValueError, match=r"\[N, V\] \(N = real tokens\)"):
+        token_losses(logits[mask][:-1], targets, mask)  # one row short
+
+
 def test_token_losses_rejects_bad_shapes():
     logits, targets, mask = _random_batch()
     with pytest.raises(ValueError, match="logits"):

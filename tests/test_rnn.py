@@ -124,6 +124,89 @@ def test_decode_step_matches_forward_gru_tied_deep_output(flow, options):
     torch.testing.assert_close(step_log_probs, logits.log_softmax(-1), rtol=0, atol=1e-5)
 
 
+def decode_steps(model, encoded, tokens, steps=3):
+    """log-probs and weights of ``steps`` decode_step calls feeding ``tokens`` [N, steps]."""
+    state = model.init_decoder_state(encoded)
+    outputs = []
+    for step in range(steps):
+        log_probs, weights, state = model.decode_step(tokens[:, step], state, encoded, step)
+        outputs.append((log_probs, weights))
+    return outputs
+
+
+@pytest.mark.parametrize("flow", FLOWS)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_search_steps_look_up_the_input_projection_with_the_same_numbers(flow, cell):
+    """Without autograd, decode_step takes W_ih·b_i + b from a per-vocabulary table and runs the
+    cell from its gates; with autograd it calls torch.lstm_cell / gru_cell. Same numbers (float64)."""
+    model = build_model(tiny_config(flow=flow, cell=cell, decoder_layers=2), SRC_VOCAB, TGT_VOCAB).double().eval()
+    src, mask, tgt_in = make_batch(target_length=4)
+    encoded = model.encode(src, mask)
+    reference = decode_steps(model, encoded, tgt_in)
+    with torch.no_grad():
+        looked_up = decode_steps(model, encoded, tgt_in)
+    assert model._token_gate_table.shape == (TGT_VOCAB, (4 if cell == "lstm" else 3) * 12)
+    for (log_probs, weights), (expected_log_probs, expected_weights) in zip(looked_up, reference):
+        torch.testing.assert_close(log_probs, expected_log_probs, rtol=0, atol=1e-12)
+        torch.testing.assert_close(weights, expected_weights, rtol=0, atol=1e-12)
+
+
+def test_the_input_projection_table_follows_weight_updates():
+    model = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB).double()
+    src, mask, tgt_in = make_batch(target_length=4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    for _ in range(2):
+        model.eval()
+        encoded = model.encode(src, mask)
+        with torch.no_grad():
+            looked_up = decode_steps(model, encoded, tgt_in)
+        for (log_probs, _), (expected, _) in zip(looked_up, decode_steps(model, encoded, tgt_in)):
+            torch.testing.assert_close(log_probs, expected, rtol=0, atol=1e-12)
+        model.train()
+        logits, _ = model(src, mask, tgt_in)
+        optimizer.zero_grad()
+        logits.logsumexp(-1).sum().backward()
+        optimizer.step()  # changes every weight in place: the table must be rebuilt
+    fresh = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB).double().eval()
+    model.load_state_dict(fresh.state_dict())
+    model.eval()
+    with torch.no_grad():
+        mine = decode_steps(model, model.encode(src, mask), tgt_in)
+        theirs = decode_steps(fresh, fresh.encode(src, mask), tgt_in)
+    for (log_probs, _), (expected, _) in zip(mine, theirs):
+        torch.testing.assert_close(log_probs, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("flow", FLOWS)
+@pytest.mark.parametrize("attention", MECHANISMS)
+def test_beams_sharing_an_encoding_equal_beams_with_copies(attention, flow):
+    """with_beams(K): the K rows of a sentence attend to one copy of its encoding, as one [B, K, Dq]
+    query; same numbers as repeating the encoding K times (every mechanism, per-head weights too)."""
+    K = 3
+    model = build_model(tiny_config(attention=attention, flow=flow), SRC_VOCAB, TGT_VOCAB).double().eval()
+    src, mask, _ = make_batch(lengths=(6, 4, 1))
+    tokens = torch.randint(4, TGT_VOCAB, (3 * K, 4), generator=torch.Generator().manual_seed(1))
+    encoded = model.encode(src, mask)
+    repeated = encoded.index_select(torch.arange(3).repeat_interleave(K))
+    shared = encoded.with_beams(K)
+    assert model.init_decoder_state(shared).hidden.shape == model.init_decoder_state(repeated).hidden.shape
+    with torch.no_grad():
+        for (log_probs, weights), (expected, expected_weights) in zip(
+            decode_steps(model, shared, tokens, 4), decode_steps(model, repeated, tokens, 4)
+        ):
+            torch.testing.assert_close(log_probs, expected, rtol=0, atol=1e-12)
+            torch.testing.assert_close(weights, expected_weights, rtol=0, atol=1e-12)
+        query = torch.randn(3 * K, 12, dtype=torch.float64)
+        context, heads = model._attend(query, shared.prepared, 2, True, beams=K)
+        expected_context, expected_heads = model._attend(query, repeated.prepared, 2, True)
+        torch.testing.assert_close(context, expected_context, rtol=0, atol=1e-12)
+        torch.testing.assert_close(heads, expected_heads, rtol=0, atol=1e-12)
+    kept = shared.index_select(torch.tensor([2, 0]))
+    assert kept.beams == K and kept.states.shape[0] == 2
+    with pytest.raises(ValueError, match="with_beams"):
+        shared.with_beams(2)
+
+
 def test_state_index_select_reorders_rows():
     model = build_model(tiny_config(flow="luong"), SRC_VOCAB, TGT_VOCAB).eval()
     src, mask, tgt_in = make_batch()
@@ -170,6 +253,54 @@ def test_sentence_representation_is_eq7_on_unpadded_sentence():
     expected = torch.relu(model.bridge[0](summary))
     torch.testing.assert_close(encoded.sentence[0, 1], expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(encoded.states[1, :3], states[0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_encoder_matches_nn_rnn_over_a_packed_batch(cell, layers):
+    """The two fused passes per layer (backward one reversed within each length) give the states,
+    final states and gradients of nn.LSTM / nn.GRU run over the packed batch, in float64."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    torch.manual_seed(3)
+    model = build_model(tiny_config(cell=cell, encoder_layers=layers, dropout=0.0), SRC_VOCAB, TGT_VOCAB).double()
+    lengths = (7, 1, 4, 7, 2)
+    src, mask, _ = make_batch(lengths=lengths, seed=5)
+    embedded = model.src_embedding(src).detach().requires_grad_(True)
+    states, finals = model._bidirectional_encoder(embedded, mask, mask.sum(1))
+
+    reference_input = embedded.detach().clone().requires_grad_(True)
+    packed = pack_padded_sequence(reference_input, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+    packed_states, final = model.encoder_rnn(packed)
+    expected, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=src.shape[1])
+    final_hidden = (final[0] if cell == "lstm" else final).view(layers, 2, len(lengths), -1)
+    torch.testing.assert_close(states, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(finals, final_hidden, rtol=0, atol=1e-12)
+
+    weights = torch.randn(states.shape, dtype=torch.float64)
+    final_weights = torch.randn(finals.shape, dtype=torch.float64)
+    ours = torch.autograd.grad((states * weights).sum() + (finals * final_weights).sum(),
+                               [embedded, *model.encoder_rnn.parameters()])
+    theirs = torch.autograd.grad((expected * weights).sum() + (final_hidden * final_weights).sum(),
+                                 [reference_input, *model.encoder_rnn.parameters()])
+    for got, want in zip(ours, theirs):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("flow", FLOWS)
+def test_target_mask_computes_only_the_real_rows_of_the_logits(flow):
+    model = build_model(tiny_config(flow=flow, tie_embeddings=flow == "luong"), SRC_VOCAB, TGT_VOCAB).double().eval()
+    src, mask, tgt_in = make_batch(lengths=(6, 4, 1), target_length=5)
+    tgt_mask = padding_mask(torch.tensor([5, 2, 1]), 5)
+    logits, weights = model(src, mask, tgt_in, return_attention=True)
+    selected, selected_weights = model(src, mask, tgt_in, return_attention=True, tgt_mask=tgt_mask)
+    assert selected.shape == (8, TGT_VOCAB)
+    torch.testing.assert_close(selected, logits[tgt_mask], rtol=0, atol=1e-12)
+    torch.testing.assert_close(selected_weights, weights, rtol=0, atol=0)  # attention stays [B, T, S]
+    with pytest.raises(ValueError, match="tgt_mask must be a bool tensor of tgt_in's shape"):
+        model(src, mask, tgt_in, tgt_mask=tgt_mask[:, :4])
+    with pytest.raises(ValueError, match="tgt_mask must be a bool"):
+        model(src, mask, tgt_in, tgt_mask=tgt_mask.long())
 
 
 def test_source_mask_must_be_right_padded_bool():

@@ -389,3 +389,16 @@ def test_config_errors_name_the_key_and_the_value(values, message):
 def test_config_must_be_a_mapping():
     with pytest.raises(ConfigError, match="mapping"):
         TransformerConfig.from_dict(["d_model", 32])
+
+
+def test_target_mask_computes_only_the_real_rows_of_the_logits(generator):
+    model = tiny_model().double()
+    src, src_mask, tgt_in = random_batch(generator)
+    tgt_mask = tgt_in != PAD
+    logits, weights = model(src, src_mask, tgt_in, return_attention="heads")
+    selected, selected_weights = model(src, src_mask, tgt_in, return_attention="heads", tgt_mask=tgt_mask)
+    assert selected.shape == (int(tgt_mask.sum()), VOCAB)
+    torch.testing.assert_close(selected, logits[tgt_mask], rtol=0, atol=1e-12)
+    torch.testing.assert_close(selected_weights, weights, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="tgt_mask must be a bool tensor"):
+        model(src, src_mask, tgt_in, tgt_mask=tgt_mask.float())

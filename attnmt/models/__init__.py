@@ -1,8 +1,16 @@
 """attnmt.models: the translators. ``build_model`` makes one from the ``model:`` section of a config.
 
-Every model implements the contract of MODEL_API.md: ``forward`` (teacher forcing), ``encode``,
-``init_decoder_state`` and ``decode_step`` (incremental decoding for search), and keeps
-``model.config`` (its config dataclass) and ``model.model_type``.
+Every model implements one contract, which training, evaluation, search and the viewers rely on
+(B sentences, S source and T target positions, V target vocabulary; N rows in search)::
+
+    logits, attention = model(src [B, S], src_mask [B, S], tgt_in [B, T], return_attention=False, tgt_mask=None)
+        teacher forcing; logits [B, T, V], or [N, V] at the N True positions of tgt_mask [B, T]
+    encoded = model.encode(src, src_mask)               .index_select(index) -> same type
+    state = model.init_decoder_state(encoded)           .index_select(index) -> same type
+    log_probs [N, V], weights [N, S], state = model.decode_step(prev_tokens [N], state, encoded, step)
+
+Masks are bool with True = a real token; token ids 0, 1, 2, 3 are PAD, UNK, BOS, EOS. A model
+also keeps ``model.config`` (its config dataclass) and ``model.model_type``.
 
 Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass
 (``from_dict`` / ``to_dict``, ConfigError on bad input) and a module-level

@@ -14,9 +14,11 @@ Encoder (seed 003, eqs. 3–7), a bidirectional LSTM (or GRU) over the source::
     h̄_t       = [h→_t; h←_t]                                     encoder states       [B, S, 2H_e]
     h_sent^l  = ReLU(W_b^l [h→_S; h←_1] + b_b^l)                  one per decoder layer [L_d, B, H]
 
-The sources are packed (``pack_padded_sequence``) so padding never enters the recurrences: h→_S is
-the forward state at the *last real* token of each sentence and h←_1 the backward state at the
-first. Decoder layer l is initialised from encoder layer ``max(0, L_e − L_d + l)`` (the top layers
+Padding never enters the recurrences: each direction is one fused RNN call over the padded batch,
+the backward one over every sentence reversed *within its own length* (``_reverse_within``), so
+h←_t starts at the last real token; h→_S is the forward state at the *last real* token of each
+sentence and h←_1 the backward state at the first. (``pack_padded_sequence`` gives the same
+numbers, but its backward pass on CPU costs several times more.) Decoder layer l is initialised from encoder layer ``max(0, L_e − L_d + l)`` (the top layers
 face each other); an LSTM's memory cell starts at 0 (eq. 8 initialises only h).
 
 Decoder, three flows (``RNNConfig.flow``); b_i = W_d m_i is the embedding of the previous target
@@ -60,7 +62,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
@@ -226,21 +227,35 @@ class RNNEncoderOutput:
     mask:         [B, S]        bool, True = real source token
     prepared:     the attention's PreparedKeys (keys projected once per batch)
     sentence:     [L_d, B, H]   h_sent, the decoder's initial state per layer (eq. 7)
+    beams:        decoder rows per sentence: 1, or K after ``with_beams(K)``, when rows
+                  b·K … b·K + K − 1 of the decoder state are the K beams of sentence b
     """
 
     states: torch.Tensor
     mask: torch.Tensor
     prepared: PreparedKeys
     sentence: torch.Tensor
+    beams: int = 1
 
     def index_select(self, index: torch.Tensor) -> "RNNEncoderOutput":
-        """Sentences ``index`` (beam search repeats each sentence K times and drops finished ones)."""
-        return RNNEncoderOutput(
+        """Sentences ``index`` (beam search drops finished ones; without ``with_beams`` it also
+        repeats each sentence once per beam)."""
+        return replace(
+            self,
             states=self.states.index_select(0, index),
             mask=self.mask.index_select(0, index),
             prepared=self.prepared.index_select(index),
             sentence=self.sentence.index_select(1, index),
         )
+
+    def with_beams(self, beams: int) -> "RNNEncoderOutput":
+        """The same encoding for K = ``beams`` consecutive decoder rows per sentence, without
+        copying it: the K queries of a sentence then attend to its keys in one product, as the T
+        queries of teacher forcing do. ``init_decoder_state`` gives B·K rows."""
+        if self.beams != 1 or isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
+            raise ValueError(f"with_beams: need beams >= 1 on an encoding of one row per sentence, got {beams!r}"
+                             f" (this one has beams={self.beams})")
+        return replace(self, beams=beams)
 
 
 @dataclass
@@ -279,10 +294,11 @@ class RNNDecoderState:
 class RNNSeq2Seq(nn.Module):
     """Bidirectional RNN encoder, attention, RNN decoder (see the module docstring for the equations).
 
-    Interface (MODEL_API.md)::
+    Interface (the contract of ``attnmt.models``)::
 
-        logits, attention = model(src [B, S], src_mask [B, S], tgt_in [B, T], return_attention)
-            logits [B, T, V]; attention [B, T, S] (True), [B, h, T, S] per head ("heads"), or None
+        logits, attention = model(src [B, S], src_mask [B, S], tgt_in [B, T], return_attention, tgt_mask)
+            logits [B, T, V] ([N, V] at the N True positions of tgt_mask [B, T] when given);
+            attention [B, T, S] (True), [B, h, T, S] per head ("heads"), or None
         encoded = model.encode(src, src_mask)                      -> RNNEncoderOutput
         state = model.init_decoder_state(encoded)                  -> RNNDecoderState
         log_probs, weights, state = model.decode_step(prev_tokens [N], state, encoded, step)
@@ -358,14 +374,9 @@ class RNNSeq2Seq(nn.Module):
         lengths = _check_source(src, src_mask)
         B, S = src.shape
         embedded = self.dropout(self.src_embedding(src))  # z: [B, S, E]
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_states, final = self.encoder_rnn(packed)
-        states, _ = pad_packed_sequence(packed_states, batch_first=True, total_length=S)  # h̄: [B, S, 2H_e]
-
-        final_hidden = final[0] if isinstance(final, tuple) else final  # [L_e·2, B, H_e]
-        final_hidden = final_hidden.view(self.config.encoder_layers, 2, B, -1)
+        states, final_hidden = self._bidirectional_encoder(embedded, src_mask, lengths)  # h̄: [B, S, 2H_e]
         # [h→_S; h←_1] per encoder layer: the forward state at the last real token and the
-        # backward state at the first (packing makes both ignore the padding).
+        # backward state at the first.
         summaries = torch.cat([final_hidden[:, 0], final_hidden[:, 1]], dim=-1)  # [L_e, B, 2H_e]
         L_e, L_d = self.config.encoder_layers, self.config.decoder_layers
         sentence = torch.stack(
@@ -374,9 +385,44 @@ class RNNSeq2Seq(nn.Module):
         prepared = self.attention.prepare(states, states, src_mask)
         return RNNEncoderOutput(states=states, mask=src_mask, prepared=prepared, sentence=sentence)
 
+    def _bidirectional_encoder(self, embedded, src_mask, lengths):
+        """``encoder_rnn``'s layers and directions, one fused RNN call each, on right-padded input.
+
+        embedded [B, S, E] -> (states [B, S, 2H_e], zeros at padding; finals [L_e, 2, B, H_e], the
+        forward state at each sentence's last real token and the backward state at its first).
+        The backward direction reads each sentence reversed within its length, so it starts at
+        the last real token; what the forward direction computes past the end is masked away.
+        Dropout between layers as in nn.LSTM / nn.GRU. Same numbers as packing the batch.
+        """
+        rnn = self.encoder_rnn
+        B, S, _ = embedded.shape
+        reverse = _reverse_within(lengths, S)  # [B, S]: position t <-> length - 1 - t
+        last = (lengths - 1).view(B, 1, 1)
+        keep = src_mask.unsqueeze(-1).to(embedded.dtype)
+        initial = embedded.new_zeros(1, B, rnn.hidden_size)
+        hx = initial if self.config.cell == "gru" else (initial, initial)
+        run = torch.gru if self.config.cell == "gru" else torch.lstm
+        inputs, finals = embedded, []
+        for layer in range(rnn.num_layers):
+            if layer > 0:
+                inputs = F.dropout(inputs, rnn.dropout, self.training)
+            outputs = []
+            for suffix, order in (("", None), ("_reverse", reverse)):
+                weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+                sequence = inputs if order is None else _gather_time(inputs, order)
+                states = run(sequence, hx, weights, True, 1, 0.0, self.training, False, True)[0]  # [B, S, H_e]
+                # The direction's final state: at the last real token of the sequence it read.
+                finals.append(_gather_time(states, last.squeeze(-1)).squeeze(1))
+                outputs.append(states if order is None else _gather_time(states, order))
+            inputs = torch.cat(outputs, dim=-1) * keep
+        return inputs, torch.stack(finals).view(rnn.num_layers, 2, B, -1)
+
     def init_decoder_state(self, encoded: RNNEncoderOutput) -> RNNDecoderState:
-        """h_0 = h_sent (eq. 8); c_0 = 0 for an LSTM; h̃_0 = 0 for the ``luong`` flow."""
+        """h_0 = h_sent (eq. 8); c_0 = 0 for an LSTM; h̃_0 = 0 for the ``luong`` flow.
+        [L_d, B·K, H] with K = ``encoded.beams``."""
         hidden = encoded.sentence
+        if encoded.beams > 1:
+            hidden = hidden.repeat_interleave(encoded.beams, dim=1)
         cell = torch.zeros_like(hidden) if self.config.cell == "lstm" else None
         feed = hidden.new_zeros(hidden.shape[1:]) if self.config.flow == "luong" else None
         return RNNDecoderState(hidden=hidden, cell=cell, feed=feed)
@@ -391,12 +437,15 @@ class RNNSeq2Seq(nn.Module):
         src_mask: torch.Tensor,
         tgt_in: torch.Tensor,
         return_attention: bool | str = False,
+        tgt_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing: src [B, S], src_mask [B, S], tgt_in [B, T] (BOS + tokens).
 
         Returns ``(logits [B, T, V], attention)`` with attention [B, T, S] when
         ``return_attention`` is True, [B, h, T, S] (one map per head, h = ``attention_heads``)
-        when it is "heads", None when False.
+        when it is "heads", None when False. With ``tgt_mask`` [B, T] (bool, True = a real
+        target token) the output layer runs only there: logits [N, V], N = tgt_mask.sum(), the
+        rows of ``logits[tgt_mask]`` without computing the padding's.
         """
         if return_attention not in (False, True, "heads"):
             raise ValueError(f"return_attention must be False, True or 'heads', got {return_attention!r}")
@@ -410,6 +459,8 @@ class RNNSeq2Seq(nn.Module):
             features, weights = self._parallel_decoder(embedded, state, encoded.prepared, heads)
         else:
             features, weights = self._step_loop_decoder(embedded, state, encoded.prepared, heads)
+        if tgt_mask is not None:
+            features = features[_check_target_mask(tgt_mask, tgt_in)]  # [N, F]
         logits = self._logits(features)
         return logits, (weights if return_attention else None)
 
@@ -438,30 +489,41 @@ class RNNSeq2Seq(nn.Module):
     # One decoder step (shared by the step loops and by incremental decoding)
     # --------------------------------------------------------------------------------------------
 
-    def _step(self, embedded, state: RNNDecoderState, prepared: PreparedKeys, step: int, heads: bool = False):
-        """embedded b_i [N, E] -> (features [N, F], weights [N, S] or [N, h, S], new state)."""
+    def _step(
+        self, embedded, state: RNNDecoderState, prepared: PreparedKeys, step: int, heads: bool = False,
+        beams: int = 1, token_gates: torch.Tensor | None = None,
+    ):
+        """embedded b_i [N, E] -> (features [N, F], weights [N, S] or [N, h, S], new state).
+
+        ``beams``: K decoder rows per row of ``prepared`` (``RNNEncoderOutput.with_beams``).
+        ``token_gates``: W_ih b_i + b of the first decoder layer, looked up (``_token_gates``).
+        """
         flow = self.config.flow
         if flow == "bahdanau":
-            context, weights = self._attend(state.hidden[-1], prepared, step, heads)  # query s_{i-1}
-            hidden, state = self._rnn_step(torch.cat([embedded, context], -1), state)
+            context, weights = self._attend(state.hidden[-1], prepared, step, heads, beams)  # query s_{i-1}
+            hidden, state = self._rnn_step(torch.cat([embedded, context], -1), state, token_gates)
             return self._features([context, hidden], embedded), weights, state
         if flow == "luong":
-            hidden, state = self._rnn_step(torch.cat([embedded, state.feed], -1), state)
-            context, weights = self._attend(hidden, prepared, step, heads)
+            hidden, state = self._rnn_step(torch.cat([embedded, state.feed], -1), state, token_gates)
+            context, weights = self._attend(hidden, prepared, step, heads, beams)
             attentional = torch.tanh(self.attentional(torch.cat([context, hidden], -1)))  # h̃_i
             return self._features([attentional], embedded), weights, replace(state, feed=attentional)
-        hidden, state = self._rnn_step(embedded, state)  # parallel
-        context, weights = self._attend(hidden, prepared, step, heads)
+        hidden, state = self._rnn_step(embedded, state, token_gates)  # parallel
+        context, weights = self._attend(hidden, prepared, step, heads, beams)
         return self._features([context, hidden], embedded), weights, state
 
-    def _rnn_step(self, inputs: torch.Tensor, state: RNNDecoderState) -> tuple[torch.Tensor, RNNDecoderState]:
+    def _rnn_step(
+        self, inputs: torch.Tensor, state: RNNDecoderState, token_gates: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, RNNDecoderState]:
         """One time step of the stacked decoder RNN, with ``decoder_rnn``'s own weights.
 
         inputs [N, in] -> (top layer's h_i [N, H], new state). Per layer ``torch.lstm_cell``
         (i, f, g, o = σ, σ, tanh, σ of W_ih x + b_ih + W_hh h + b_hh; c' = f·c + i·g;
         h' = o·tanh(c')) or ``torch.gru_cell``: the equations of nn.LSTM / nn.GRU, without the
         per-call set-up that makes a length-1 nn.LSTM call several times slower on CPU.
-        Dropout between layers as in nn.LSTM.
+        Dropout between layers as in nn.LSTM. With ``token_gates`` [N, G] (the first layer's
+        W_ih b_i + b for the embedding part b_i of ``inputs``, from ``_token_gates``) the first
+        layer multiplies only the rest of its input and the state (``_cell_from_gates``).
         """
         rnn = self.decoder_rnn
         hiddens, cells = [], []
@@ -472,10 +534,18 @@ class RNNSeq2Seq(nn.Module):
                 getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}"),
                 getattr(rnn, f"bias_ih_l{layer}"), getattr(rnn, f"bias_hh_l{layer}"),
             )
-            if state.cell is None:
-                inputs = torch.gru_cell(inputs, state.hidden[layer], *weights)
+            cell_state = None if state.cell is None else state.cell[layer]
+            if layer == 0 and token_gates is not None:
+                embed_dim = self.config.embed_dim
+                input_gates = token_gates
+                if inputs.shape[-1] > embed_dim:  # bahdanau / luong: the context part still multiplies
+                    input_gates = torch.addmm(token_gates, inputs[:, embed_dim:], weights[0][:, embed_dim:].t())
+                inputs, cell = _cell_from_gates(input_gates, state.hidden[layer], cell_state, weights[1], weights[3])
+            elif cell_state is None:
+                inputs, cell = torch.gru_cell(inputs, state.hidden[layer], *weights), None
             else:
-                inputs, cell = torch.lstm_cell(inputs, (state.hidden[layer], state.cell[layer]), *weights)
+                inputs, cell = torch.lstm_cell(inputs, (state.hidden[layer], cell_state), *weights)
+            if cell is not None:
                 cells.append(cell)
             hiddens.append(inputs)
         new_state = RNNDecoderState(
@@ -483,8 +553,19 @@ class RNNSeq2Seq(nn.Module):
         )
         return inputs, new_state
 
-    def _attend(self, query, prepared, step, heads: bool):
-        """The mechanism's (context, weights); per-head weights [.., h, (T,) S] when ``heads``."""
+    def _attend(self, query, prepared, step, heads: bool, beams: int = 1):
+        """The mechanism's (context, weights); per-head weights [.., h, (T,) S] when ``heads``.
+
+        With ``beams`` K > 1, query [B·K, Dq] holds the K beams of each of the B sentences of
+        ``prepared``: they attend as one [B, K, Dq] query (all at decoding step ``step``).
+        """
+        if beams > 1:
+            grouped = query.view(-1, beams, query.shape[-1])  # [B, K, Dq]
+            steps = None if step is None else torch.full(grouped.shape[:2], step, dtype=torch.long, device=query.device)
+            context, weights = self._attend(grouped, prepared, steps, heads)  # [B, K, D_c], [B, K, S] / [B, h, K, S]
+            if heads:
+                weights = weights.transpose(1, 2)  # [B, K, h, S]
+            return context.flatten(0, 1), weights.flatten(0, 1)
         if heads:
             if hasattr(self.attention, "attend_heads"):
                 return self.attention.attend_heads(query, prepared, step)
@@ -520,8 +601,31 @@ class RNNSeq2Seq(nn.Module):
                 f"got {tuple(prev_tokens.shape)}"
             )
         embedded = self.dropout(self.tgt_embedding(prev_tokens))  # [N, E]
-        features, weights, state = self._step(embedded, state, encoded.prepared, step)
+        # Search (no dropout, no gradient) looks the first layer's input projection up.
+        token_gates = None if self.training or torch.is_grad_enabled() else self._token_gates(prev_tokens)
+        features, weights, state = self._step(
+            embedded, state, encoded.prepared, step, beams=encoded.beams, token_gates=token_gates
+        )
         return F.log_softmax(self._logits(features), dim=-1), weights, state
+
+    def _token_gates(self, tokens: torch.Tensor) -> torch.Tensor:
+        """W_ih[:, :E] W_d[y] + b for tokens y [N] -> [N, G]: the decoder's first-layer input
+        projection of their embeddings (b = b_ih + b_hh for an LSTM, b_ih for a GRU).
+
+        Computed for the whole target vocabulary once per version of those weights ([V, G], one
+        matrix product) and then looked up, so a search step skips an [N, E] × [E, G] product.
+        The cache key holds each tensor's storage and version counter, which every in-place
+        update (optimizer steps, ``load_state_dict``) advances.
+        """
+        rnn = self.decoder_rnn
+        sources = (self.tgt_embedding.weight, rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.bias_hh_l0)
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in sources)
+        if getattr(self, "_token_gate_key", None) != key:
+            bias = rnn.bias_ih_l0 + rnn.bias_hh_l0 if self.config.cell == "lstm" else rnn.bias_ih_l0
+            embedding_part = rnn.weight_ih_l0[:, : self.config.embed_dim]
+            self._token_gate_table = F.linear(self.tgt_embedding.weight, embedding_part, bias).detach()
+            self._token_gate_key = key
+        return self._token_gate_table.index_select(0, tokens)
 
 
 def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -540,6 +644,52 @@ def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
     if not torch.equal(src_mask, padding_mask(lengths, src.shape[1])):
         raise ValueError("src_mask must be right-padded: True for the first src_lengths positions of a row, then False")
     return lengths
+
+
+def _cell_from_gates(input_gates, hidden, cell, weight_hh, bias_hh):
+    """One LSTM (``cell`` given) or GRU (``cell`` None) step from its input projection.
+
+    input_gates = W_ih x + b_ih [N, G], plus b_hh for an LSTM (then ``bias_hh`` is not added again)::
+
+        LSTM: i, f, g, o = chunks of input_gates + W_hh h;  c' = σ(f)·c + σ(i)·tanh(g);  h' = σ(o)·tanh(c')
+        GRU:  r = σ(x_r + W_hr h + b_hr);  z = σ(x_z + W_hz h + b_hz);  n = tanh(x_n + r·(W_hn h + b_hn))
+              h' = n + z·(h − n)
+
+    -> (h' [N, H], c' [N, H] or None): the numbers of ``torch.lstm_cell`` / ``torch.gru_cell``.
+    """
+    if cell is not None:
+        gates = torch.addmm(input_gates, hidden, weight_hh.t())
+        in_gate, forget_gate, candidate, out_gate = gates.chunk(4, dim=1)
+        cell = torch.addcmul(torch.sigmoid(forget_gate) * cell, torch.sigmoid(in_gate), torch.tanh(candidate))
+        return torch.sigmoid(out_gate) * torch.tanh(cell), cell
+    x_r, x_z, x_n = input_gates.chunk(3, dim=1)
+    h_r, h_z, h_n = F.linear(hidden, weight_hh, bias_hh).chunk(3, dim=1)
+    reset = torch.sigmoid(x_r + h_r)
+    update = torch.sigmoid(x_z + h_z)
+    new = torch.tanh(torch.addcmul(x_n, reset, h_n))
+    return torch.addcmul(new, update, hidden - new), None
+
+
+def _reverse_within(lengths: torch.Tensor, total: int) -> torch.Tensor:
+    """[B, S] indices that reverse each row's first ``lengths[b]`` positions and keep the rest."""
+    positions = torch.arange(total, device=lengths.device).expand(lengths.shape[0], total)
+    ends = lengths.unsqueeze(1) - 1
+    return torch.where(positions <= ends, ends - positions, positions)
+
+
+def _gather_time(sequence: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """sequence [B, S, D], index [B, S'] -> [B, S', D] with row b's positions ``index[b]``."""
+    return sequence.gather(1, index.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
+
+
+def _check_target_mask(tgt_mask: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    """``forward``'s tgt_mask must be a bool [B, T] like tgt_in; returns it."""
+    if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
+        raise ValueError(
+            f"tgt_mask must be a bool tensor of tgt_in's shape {tuple(tgt_in.shape)}, got "
+            f"{getattr(tgt_mask, 'dtype', type(tgt_mask).__name__)} {tuple(getattr(tgt_mask, 'shape', ()))}"
+        )
+    return tgt_mask
 
 
 def build(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2Seq:

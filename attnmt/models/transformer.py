@@ -445,7 +445,7 @@ class TransformerDecoderState:
 
 
 class Transformer(nn.Module):
-    """Encoder–decoder Transformer implementing the model contract of attnmt (docs: MODEL_API).
+    """Encoder–decoder Transformer implementing the model contract of attnmt (``attnmt.models``).
 
     - ``forward(src, src_mask, tgt_in, return_attention=False) -> (logits [B, T, V], attention)``
       teacher forcing. ``return_attention``:
@@ -524,11 +524,14 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor,
         tgt_in: torch.Tensor,
         return_attention: bool | str = False,
+        tgt_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits of every next target token given the whole shifted target.
 
         src: [B, S] ids, src_mask: [B, S] bool (True = real), tgt_in: [B, T] ids (BOS + tokens,
         padded with pad_id) -> logits [B, T, V_tgt] and the cross-attention (see the class doc).
+        With ``tgt_mask`` [B, T] (bool, True = a real target token) the output projection runs
+        only there: logits [N, V_tgt], the rows of ``logits[tgt_mask]``.
         """
         kind = self._attention_kind(return_attention)
         if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
@@ -540,6 +543,13 @@ class Transformer(nn.Module):
         self_mask = (causal_mask(target_length, device=tgt_in.device) & target_real[:, None, :]).unsqueeze(1)
         need_weights = {None: False, "last": "last", "layers": True, "heads": True}[kind]
         states, _, weights = self._decode(tgt_in, 0, self_mask, encoded, None, need_weights)
+        if tgt_mask is not None:
+            if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
+                raise ValueError(
+                    f"tgt_mask must be a bool tensor of tgt_in's shape {tuple(tgt_in.shape)}, got "
+                    f"{getattr(tgt_mask, 'dtype', type(tgt_mask).__name__)} {tuple(getattr(tgt_mask, 'shape', ()))}"
+                )
+            states = states[tgt_mask]  # [N, d]
         logits = self.output_projection(states)
         if kind is None:
             return logits, None
