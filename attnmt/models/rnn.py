@@ -18,8 +18,9 @@ Padding never enters the recurrences: each direction is one fused RNN call over 
 the backward one over every sentence reversed *within its own length* (``_reverse_within``), so
 h←_t starts at the last real token; h→_S is the forward state at the *last real* token of each
 sentence and h←_1 the backward state at the first. (``pack_padded_sequence`` gives the same
-numbers, but its backward pass on CPU costs several times more.) Decoder layer l is initialised from encoder layer ``max(0, L_e − L_d + l)`` (the top layers
-face each other); an LSTM's memory cell starts at 0 (eq. 8 initialises only h).
+numbers, but its backward pass on CPU costs several times more.) Decoder layer l is initialised
+from encoder layer ``max(0, L_e − L_d + l)`` (the top layers face each other); an LSTM's memory
+cell starts at 0 (eq. 8 initialises only h).
 
 Decoder, three flows (``RNNConfig.flow``); b_i = W_d m_i is the embedding of the previous target
 token (BOS at i = 0), Attn is any registry mechanism with keys = values = the encoder states:
@@ -372,7 +373,6 @@ class RNNSeq2Seq(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> RNNEncoderOutput:
         """src [B, S] long, src_mask [B, S] bool (right-padded) -> RNNEncoderOutput (eqs. 3–7)."""
         lengths = _check_source(src, src_mask)
-        B, S = src.shape
         embedded = self.dropout(self.src_embedding(src))  # z: [B, S, E]
         states, final_hidden = self._bidirectional_encoder(embedded, src_mask, lengths)  # h̄: [B, S, 2H_e]
         # [h→_S; h←_1] per encoder layer: the forward state at the last real token and the
@@ -397,7 +397,7 @@ class RNNSeq2Seq(nn.Module):
         rnn = self.encoder_rnn
         B, S, _ = embedded.shape
         reverse = _reverse_within(lengths, S)  # [B, S]: position t <-> length - 1 - t
-        last = (lengths - 1).view(B, 1, 1)
+        last = (lengths - 1).view(B, 1)
         keep = src_mask.unsqueeze(-1).to(embedded.dtype)
         initial = embedded.new_zeros(1, B, rnn.hidden_size)
         hx = initial if self.config.cell == "gru" else (initial, initial)
@@ -412,7 +412,7 @@ class RNNSeq2Seq(nn.Module):
                 sequence = inputs if order is None else _gather_time(inputs, order)
                 states = run(sequence, hx, weights, True, 1, 0.0, self.training, False, True)[0]  # [B, S, H_e]
                 # The direction's final state: at the last real token of the sequence it read.
-                finals.append(_gather_time(states, last.squeeze(-1)).squeeze(1))
+                finals.append(_gather_time(states, last).squeeze(1))
                 outputs.append(states if order is None else _gather_time(states, order))
             inputs = torch.cat(outputs, dim=-1) * keep
         return inputs, torch.stack(finals).view(rnn.num_layers, 2, B, -1)
@@ -623,7 +623,8 @@ class RNNSeq2Seq(nn.Module):
         if getattr(self, "_token_gate_key", None) != key:
             bias = rnn.bias_ih_l0 + rnn.bias_hh_l0 if self.config.cell == "lstm" else rnn.bias_ih_l0
             embedding_part = rnn.weight_ih_l0[:, : self.config.embed_dim]
-            self._token_gate_table = F.linear(self.tgt_embedding.weight, embedding_part, bias).detach()
+            with torch.autocast(self.tgt_embedding.weight.device.type, enabled=False):  # in the weights' precision
+                self._token_gate_table = F.linear(self.tgt_embedding.weight, embedding_part, bias).detach()
             self._token_gate_key = key
         return self._token_gate_table.index_select(0, tokens)
 
