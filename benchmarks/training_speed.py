@@ -17,6 +17,10 @@ is compared with the step loop of the same model in the same arithmetic. Every m
 forward + cross-entropy + backward; the methods take turns (round-robin) and the median time per
 batch is kept, so a neighbour's load hits all of them alike.
 
+The encoder and the output layer (with the loss) are work both methods do; timed alone at full
+batch they bound the speed-up: step loop / (encoder + output layer) is a ceiling that no decoder
+flow can pass. A second table prints it.
+
     python benchmarks/training_speed.py                  # full run, writes benchmarks/results/training_speed.json
     python benchmarks/training_speed.py --quick          # tiny sizes, a smoke test
 """
@@ -79,6 +83,22 @@ def loss_step_loop(model, src, src_mask, tgt_in, tgt_out):
     return total
 
 
+def loss_encoder_only(model, src, src_mask, tgt_in, tgt_out):
+    """Shared work 1: the bidirectional encoder and the sentence representation (both methods run it once)."""
+    encoded = model.encode(src, src_mask)
+    return encoded.states.sum() + encoded.sentence.sum()
+
+
+def loss_output_layer_only(model, src, src_mask, tgt_in, tgt_out):
+    """Shared work 2: the output layer and the loss at every real target token, at full batch —
+    the least this work costs; the step loop does the same products T times on B rows."""
+    tgt_mask = tgt_out != PAD
+    width = model.config.hidden_dim + model.attention.output_dim
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(int(tgt_mask.sum()), width, generator=generator).requires_grad_(True)
+    return F.cross_entropy(model._logits(features), tgt_out[tgt_mask], reduction="sum")
+
+
 def bf16(loss_fn):
     """``loss_fn`` under CPU bfloat16 autocast (matmuls in bf16; weights and gradients stay fp32)."""
 
@@ -132,6 +152,12 @@ def measure(sizes: dict, args) -> dict:
         "parallel bf16, forward": (parallel, bf16(loss_parallel), bf16_loop),
         bf16_loop: (parallel, bf16(loss_step_loop), bf16_loop),
     }
+    # The work both methods share, done once at full batch: the speed-up cannot exceed
+    # step loop / (encoder + output layer), whatever the decoder flow does.
+    shared = {
+        "encoder": (parallel, loss_encoder_only), "output layer + loss": (parallel, loss_output_layer_only),
+        "tied: encoder": (tied, loss_encoder_only), "tied: output layer + loss": (tied, loss_output_layer_only),
+    }
     generator = torch.Generator().manual_seed(0)
     batch = make_batch(args.batch, args.length, vocab, generator)
     target_tokens = int((batch[3] != PAD).sum())
@@ -142,12 +168,13 @@ def measure(sizes: dict, args) -> dict:
         same = abs(float(loss_parallel(parallel, *batch)) - float(loss_step_loop(parallel, *batch)))
     parallel.train()
 
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    for model, loss_fn, _ in methods.values():  # warm-up (allocator, kernels)
+    timed = {**{name: (model, loss_fn) for name, (model, loss_fn, _) in methods.items()}, **shared}
+    times: dict[str, list[float]] = {name: [] for name in timed}
+    for model, loss_fn in timed.values():  # warm-up (allocator, kernels)
         model.train()
         time_training_step(model, loss_fn, batch)
     for _ in range(args.repeats):
-        for name, (model, loss_fn, _) in methods.items():
+        for name, (model, loss_fn) in timed.items():
             times[name].append(time_training_step(model, loss_fn, batch))
 
     rows = []
@@ -165,7 +192,25 @@ def measure(sizes: dict, args) -> dict:
     for row in rows:
         print(f"{row['method']:<31} {row['seconds_per_batch']:>8.3f} {row['target_tokens_per_second']:>9.0f} "
               f"{row['speedup']:>8.2f}x  {row['compared_with']:<25} {row['parameters']:>11,}")
-    return dict(sizes=sizes, target_tokens=target_tokens, loss_difference_parallel_vs_step_loop=same, results=rows)
+    ceilings = []
+    for prefix, loop_name, forward_name in (("", loop, "parallel, forward"), ("tied: ", tied_loop, "parallel tied, forward")):
+        shared_seconds = sum(statistics.median(times[prefix + part]) for part in ("encoder", "output layer + loss"))
+        loop_seconds = statistics.median(times[loop_name])
+        ceilings.append(dict(
+            model="tied" if prefix else "untied",
+            encoder_seconds=statistics.median(times[prefix + "encoder"]),
+            output_layer_seconds=statistics.median(times[prefix + "output layer + loss"]),
+            shared_share_of_parallel=shared_seconds / statistics.median(times[forward_name]),
+            speedup_ceiling=loop_seconds / shared_seconds,
+        ))
+    print("\nwork both methods share, timed alone at full batch (forward+backward); the speed-up over the step")
+    print("loop cannot exceed step loop / (encoder + output layer), however fast the decoder flow is")
+    print(f"{'model':<8} {'encoder s':>10} {'output s':>9} {'share of parallel':>18} {'ceiling':>8}")
+    for row in ceilings:
+        print(f"{row['model']:<8} {row['encoder_seconds']:>10.3f} {row['output_layer_seconds']:>9.3f} "
+              f"{row['shared_share_of_parallel']:>17.0%} {row['speedup_ceiling']:>7.2f}x")
+    return dict(sizes=sizes, target_tokens=target_tokens, loss_difference_parallel_vs_step_loop=same, results=rows,
+                shared_work=ceilings)
 
 
 def main(argv=None) -> int:
