@@ -11,9 +11,10 @@ sentence without copying it (the RNN has it); otherwise beam search repeats each
 encoding K times.
 
 Beam search keeps every sentence and every beam in one tensor: N = B·K rows go through one
-``decode_step`` per output position. A step scores all K·V continuations of each sentence, keeps
-the 2K best, sets aside those ending in EOS among the top K as finished hypotheses, and continues
-the K best that do not.
+``decode_step`` per output position (the first step runs one row per sentence, since its K beams
+would all be BOS, and its K best continuations become the beams). A step scores all K·V
+continuations of each sentence, keeps the 2K best, sets aside those ending in EOS among the top K
+as finished hypotheses, and continues the K best that do not.
 
 Scores are sums of the model's log-probabilities (accumulated in float64). Finished hypotheses
 are ranked by the GNMT length normalisation (Wu et al. 2016)::
@@ -51,6 +52,7 @@ from itertools import count
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
@@ -237,12 +239,10 @@ def beam_search(
         return []
 
     with _inference(model):
+        # The first step has one row per sentence (its K beams would all start alike from BOS);
+        # its K best continuations become the K beams.
         encoded = model.encode(src, src_mask)
-        shared = hasattr(encoded, "with_beams")  # the K beams of a sentence share its encoding
-        if shared:
-            encoded = encoded.with_beams(K)
-        else:
-            encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(K))
+        shared = hasattr(encoded, "with_beams")  # the K beams of a sentence will share its encoding
         state = model.init_decoder_state(encoded)
 
         # The active sentences (original indices), their length limits, and K beams for each.
@@ -252,21 +252,20 @@ def beam_search(
         # lp(L_max) of each active sentence: divides a live score into its best reachable normalized score.
         longest_penalty = torch.tensor([length_penalty(limit + 1, alpha) for limit in limits],
                                        dtype=torch.float64, device=device)
-        scores = torch.full((batch, K), float("-inf"), dtype=torch.float64, device=device)
-        scores[:, 0] = 0.0  # all beams start identical: expand only the first
-        tokens = torch.empty(batch * K, 0, dtype=torch.long, device=device)  # [N, t]
+        scores = torch.zeros((batch, 1), dtype=torch.float64, device=device)  # [active, beams per sentence]
+        tokens = torch.empty(batch, 0, dtype=torch.long, device=device)  # [N, t]
         attention = None  # [N, t, S] once the first step has run
-        prev = torch.full((batch * K,), BOS_ID, dtype=torch.long, device=device)
+        prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
         positions = torch.arange(2 * K, device=device)
-        row_offsets = torch.arange(batch, device=device).unsqueeze(1) * K  # first row of each sentence
 
         for step in count():
-            active = len(sentence_ids)
+            active, beams = scores.shape  # beams: 1 at the first step, then K
+            row_offsets = torch.arange(active, device=device).unsqueeze(1) * beams  # first row of each sentence
             log_probs, weights, state = model.decode_step(prev, state, encoded, step)
             vocab = log_probs.shape[-1]
             force_eos = None
             if step >= min(limits):
-                force_eos = torch.tensor([limit <= step for limit in limits], device=device).repeat_interleave(K)
+                force_eos = torch.tensor([limit <= step for limit in limits], device=device).repeat_interleave(beams)
             log_probs = _restrict(log_probs, force_eos)
 
             # The 2K best continuations of each sentence, over its K beams × V tokens. A beam adds
@@ -275,10 +274,18 @@ def beam_search(
             # candidates instead of K·V.
             per_beam = min(2 * K, vocab)
             beam_log_probs, beam_tokens = log_probs.topk(per_beam, dim=1)  # [N, 2K]
-            candidates = (scores.unsqueeze(-1) + beam_log_probs.view(active, K, per_beam)).view(active, K * per_beam)
-            cand_scores, cand_index = candidates.topk(min(2 * K, K * per_beam), dim=1)
+            candidates = (scores.unsqueeze(-1) + beam_log_probs.view(active, beams, per_beam))
+            candidates = candidates.view(active, beams * per_beam)
+            cand_scores, cand_index = candidates.topk(min(2 * K, beams * per_beam), dim=1)
             cand_rows = cand_index // per_beam + row_offsets  # the row in N each candidate extends
-            cand_tokens = beam_tokens.view(active, K * per_beam).gather(1, cand_index)
+            cand_tokens = beam_tokens.view(active, beams * per_beam).gather(1, cand_index)
+            if cand_scores.shape[1] < 2 * K:
+                # A vocabulary under 2K tokens: dead (-inf) candidates fill up to 2K, so at least K
+                # of them are not EOS (each beam has one EOS) and K beams go on.
+                missing = 2 * K - cand_scores.shape[1]
+                cand_scores = F.pad(cand_scores, (0, missing), value=float("-inf"))
+                cand_rows = torch.cat([cand_rows, row_offsets.expand(active, missing)], dim=1)
+                cand_tokens = F.pad(cand_tokens, (0, missing), value=PAD_ID)
             cand_eos = cand_tokens == EOS_ID
             if return_attention:
                 step_attention = weights.unsqueeze(1)
@@ -332,13 +339,17 @@ def beam_search(
                 sentence_ids = [sentence_ids[i] for i in kept_rows]
                 limits = [limits[i] for i in kept_rows]
                 longest_penalty = longest_penalty[keep]
-                row_offsets = row_offsets[: len(kept_rows)]
                 retired = [False] * len(kept_rows)
             rows = rows.reshape(-1)
-            if keep is not None:
-                # A shared encoding has one row per sentence; a repeated one, one per decoder row
-                # (and the rows of a sentence share its encoding, so ``rows`` selects the kept ones).
-                encoded = encoded.index_select(keep if shared else rows)
+            if shared:  # one row per sentence
+                if keep is not None:
+                    encoded = encoded.index_select(keep)
+                if step == 0:
+                    encoded = encoded.with_beams(K)
+            elif keep is not None or step == 0:
+                # One row per decoder row: the rows of a sentence share its encoding, so ``rows``
+                # selects (and after the first step, repeats) the kept sentences' encodings.
+                encoded = encoded.index_select(rows)
             state = state.index_select(rows)
             tokens = torch.cat([tokens[rows], next_tokens.reshape(-1, 1)], dim=1)
             if return_attention:

@@ -313,13 +313,14 @@ def exhaustive_beam_search(model, src, mask, K, alpha, max_len_a, max_len_b, n_b
         for step in range(limit + 1):
             log_probs, _, state = model.decode_step(prev, state, encoded, step)
             log_probs = log_probs.double()
+            vocab = log_probs.shape[-1]
             log_probs[:, [PAD, BOS]] = float("-inf")
             if step == limit:
-                log_probs[:, [t for t in range(VOCAB) if t != EOS]] = float("-inf")
+                log_probs[:, [t for t in range(vocab) if t != EOS]] = float("-inf")
             top_scores, top_index = (scores.unsqueeze(1) + log_probs).view(-1).topk(2 * K)
             going_on = []
             for rank, (score, index) in enumerate(zip(top_scores.tolist(), top_index.tolist())):
-                beam, token = divmod(index, VOCAB)
+                beam, token = divmod(index, vocab)
                 if token == EOS:
                     if rank < K and score > float("-inf"):
                         finished.append((beams[beam], score, score / length_penalty(len(beams[beam]) + 1, alpha)))
@@ -355,6 +356,20 @@ def test_stopping_early_finds_what_following_every_beam_to_the_limit_finds(index
         assert [h.normalized_score for h in found[i]] == pytest.approx([n for _, _, n in expected], abs=1e-5)
     # Fewer rows decoded than if every sentence's K beams had run to its limit (length + 6 + 1 steps).
     assert sum(calls) < 3 * sum(length + 7 for length in mask.sum(1).tolist())
+
+
+def test_more_beams_than_tokens_search_like_the_plain_loop():
+    """Vocabulary 6 (two words, EOS and three never produced), beam 8: the first step (one row per
+    sentence) has fewer candidates than beams; dead beams fill up and change nothing."""
+    torch.manual_seed(2)
+    model = build_model(dict(type="rnn", embed_dim=8, hidden_dim=16, attention="scaled_dot"), VOCAB, 6).eval()
+    src, mask = random_sources(lengths=(3, 1, 4))
+    found = beam_search(model, src, mask, beam_size=8, n_best=3, max_len_a=1.0, max_len_b=2)
+    for i, length in enumerate(mask.sum(1).tolist()):
+        expected = exhaustive_beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], 8, 0.6,
+                                          1.0, 2, 3)
+        assert [h.tokens for h in found[i]] == [tokens for tokens, _, _ in expected]
+        assert [h.score for h in found[i]] == pytest.approx([score for _, score, _ in expected], abs=1e-5)
 
 
 def test_batched_greedy_equals_one_sentence_at_a_time():
