@@ -63,17 +63,18 @@ def resolve_split(data_config, split: str):
     return name, corpus
 
 
-def output_suffix(split: str, beam: int) -> str:
-    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise (names of hyps and eval files)."""
-    return split + (f"-beam{beam}" if beam > 1 else "")
+def output_suffix(split: str, beam: int, precision: str = "fp32") -> str:
+    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, ``-bf16`` added for a bf16
+    search (names of hyps and eval files)."""
+    return split + (f"-beam{beam}" if beam > 1 else "") + ("" if precision == "fp32" else f"-{precision}")
 
 
-def eval_json_path(run_dir: str | Path, split: str, beam: int) -> Path:
-    return Path(run_dir) / f"eval-{output_suffix(split, beam)}.json"
+def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+    return Path(run_dir) / f"eval-{output_suffix(split, beam, precision)}.json"
 
 
-def hyps_path(run_dir: str | Path, split: str, beam: int) -> Path:
-    return Path(run_dir) / f"hyps-{output_suffix(split, beam)}.txt"
+def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+    return Path(run_dir) / f"hyps-{output_suffix(split, beam, precision)}.txt"
 
 
 @dataclass
@@ -95,9 +96,10 @@ def evaluate_run(
     batch_size: int | None = None,
     return_attention: bool = False,
     progress: bool = False,
+    precision: str | None = None,
 ) -> RunEvaluation:
-    """Score a run folder (or checkpoint file) on ``split``; write RUN/hyps-<split>[-beamK].txt and
-    RUN/eval-<split>[-beamK].json. ``beam`` None = the run's ``search.beam``."""
+    """Score a run folder (or checkpoint file) on ``split``; write RUN/hyps-<split>[-beamK][-bf16].txt
+    and RUN/eval-<split>[-beamK][-bf16].json. ``beam`` / ``precision`` None = the run's ``search``."""
     from attnmt.config import RunConfig
     from attnmt.data.atomic import write_bytes_atomic
     from attnmt.evaluation import evaluate_corpus
@@ -108,6 +110,8 @@ def evaluate_run(
     path = checkpoint_path(run, checkpoint)
     run_dir = path.parent
     translator = Translator.load(path)
+    if precision is not None:
+        translator.precision = precision
     config = RunConfig.from_dict(translator.config, check_model=False)
     name, corpus = resolve_split(config.data, split)
     beam = translator.default_beam if beam is None else beam
@@ -115,9 +119,10 @@ def evaluate_run(
         translator, corpus, split=name, beam=beam, batch_size=batch_size, max_tokens=config.data.max_tokens,
         return_attention=return_attention, progress=progress,
     )
-    hyps_file, json_file = hyps_path(run_dir, name, beam), eval_json_path(run_dir, name, beam)
+    hyps_file = hyps_path(run_dir, name, beam, translator.precision)
+    json_file = eval_json_path(run_dir, name, beam, translator.precision)
     write_bytes_atomic(hyps_file, "".join(h + "\n" for h in result.hypotheses).encode("utf-8"))
-    report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict()}
+    report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict(), "precision": translator.precision}
     report["step"] = (translator.checkpoint_info.get("progress") or {}).get("step")
     write_bytes_atomic(json_file, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
     return RunEvaluation(report, result, translator, json_file, hyps_file)

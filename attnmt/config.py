@@ -193,6 +193,9 @@ class SearchConfig:
     alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
     max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens
     batch_size  sentences decoded at once
+    precision   "fp32", or "bf16": the search's matrix products under CPU bfloat16 autocast
+                (log-probabilities and scores stay float32 / float64); faster on CPUs with
+                AVX512-BF16 or AMX, and its outputs can differ from fp32 ones
     """
 
     beam: int = 1
@@ -200,6 +203,7 @@ class SearchConfig:
     max_len_a: float = 1.5
     max_len_b: int = 10
     batch_size: int = 64
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         for key in ("beam", "batch_size"):
@@ -211,6 +215,8 @@ class SearchConfig:
             if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
                 raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
             setattr(self, key, float(getattr(self, key)))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"search.precision: must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "SearchConfig":

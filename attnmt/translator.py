@@ -75,6 +75,7 @@ class Translator:
         max_len_b: int | None = None,
         alpha: float | None = None,
         checkpoint: dict[str, Any] | None = None,
+        precision: str | None = None,
     ):
         search = dict((config or {}).get("search") or {})
         self.model = model
@@ -85,6 +86,7 @@ class Translator:
         self.alpha = float(alpha if alpha is not None else search.get("alpha", 0.6))
         self.default_beam = int(search.get("beam", 1))
         self.default_batch_size = int(search.get("batch_size", 64))
+        self.precision = _check_precision(precision if precision is not None else search.get("precision", "fp32"))
         self.checkpoint_info = {
             key: checkpoint.get(key) for key in ("progress", "attnmt_version", "model_type")
         } if checkpoint else {}
@@ -120,6 +122,7 @@ class Translator:
         batch_size: int | None = None,
         alpha: float | None = None,
         progress: bool = False,
+        precision: str | None = None,
     ) -> list[Translation]:
         """Translate ``sentences`` (one string each); returns one Translation per sentence, in order.
 
@@ -128,6 +131,8 @@ class Translator:
         batch_size: sentences decoded at once (default: the run's config).
         alpha: length penalty of beam search (default: the run's config).
         progress: show a tqdm bar (on stderr).
+        precision: "fp32" or "bf16" (matrix products under CPU bfloat16 autocast; default:
+            ``self.precision``, from the run's ``search.precision``).
         """
         import torch
 
@@ -142,6 +147,7 @@ class Translator:
             raise ValueError(f"translate: beam must be an integer >= 1, got {beam!r}")
         batch_size = batch_size or self.default_batch_size
         alpha = self.alpha if alpha is None else alpha
+        precision = _check_precision(self.precision if precision is None else precision)
         sentences = [str(sentence) for sentence in sentences]
         if not sentences:
             return []
@@ -158,7 +164,7 @@ class Translator:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
                 for batch in batches:
                     if beam == 1:
                         hypotheses = greedy_search(
@@ -197,3 +203,11 @@ class Translator:
             if bar is not None:
                 bar.close()
         return results  # type: ignore[return-value]
+
+
+def _check_precision(precision: str) -> str:
+    from attnmt.config import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision

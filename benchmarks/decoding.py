@@ -24,6 +24,10 @@ embeddings 256, hidden 512, scaled dot-product; a Multi30k-sized translator) and
 to 24 tokens + EOS). A random model rarely ends a sentence, so its outputs run to the length limit
 (1.5·|x| + 10): longer than real translations, the same for both methods. Prints two tables per
 model and writes benchmarks/results/decoding.json.
+
+``--precision bf16`` runs every search (both methods alike) under CPU bfloat16 autocast, as
+``attnmt translate --precision bf16`` does, and writes decoding-bf16.json; its outputs are
+compared with the bf16 one-at-a-time search.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from attnmt.search import beam_search
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "decoding.json"
+RESULTS_BF16 = ROOT / "benchmarks" / "results" / "decoding-bf16.json"
 EOS = 3
 SIZES = {
     "realistic": dict(vocab=8000, embed_dim=256, hidden_dim=512),
@@ -165,8 +170,13 @@ def main(argv=None) -> int:
     parser.add_argument("--max-len-b", type=float, default=None, help="default: the run's, else 10")
     parser.add_argument("--target", type=float, default=10.0, help="speed-up the largest batch should reach")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: every search under CPU bfloat16 autocast (both methods alike)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="default: benchmarks/results/decoding.json (decoding-bf16.json with --precision bf16)")
     args = parser.parse_args(argv)
+    if args.output is None:
+        args.output = RESULTS_BF16 if args.precision == "bf16" else RESULTS
     torch.set_num_threads(args.threads)
 
     setups = ([run_setup(args.run, args.source, args.sentences)] if args.run
@@ -177,20 +187,22 @@ def main(argv=None) -> int:
     for model, ids, description, run_search in setups:
         # Command line first, then the run's search settings, then beam_search's defaults.
         search = {key: given[key] if given[key] is not None else run_search.get(key, defaults[key]) for key in defaults}
-        rows, output_tokens = measure(model, ids, args.beam, args.batch_sizes, search)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            rows, output_tokens = measure(model, ids, args.beam, args.batch_sizes, search)
         largest = rows[-1]
         target_met = largest["speedup"] >= args.target and all(row["mismatches"] == 0 for row in rows)
         print(f"\n{description}; {count_parameters(model):,} parameters")
         print(f"{len(ids)} sentences, beam {args.beam}, alpha {search['alpha']:g}, max length "
               f"{search['max_len_a']:g}·|x| + {search['max_len_b']:g}, {output_tokens} output tokens "
-              f"(one-at-a-time reference), torch {torch.__version__}, {args.threads} threads")
+              f"(one-at-a-time reference), torch {torch.__version__}, {args.threads} threads, {args.precision}")
         print(f"{'method':<26} {'seconds':>8} {'sent/s':>8} {'speed-up':>9} {'differ':>7}")
         for row in rows:
             print(f"{row['method']:<26} {row['seconds']:>8.2f} {row['sentences_per_second']:>8.2f} "
                   f"{row['speedup']:>8.2f}x {row['mismatches']:>7}")
         print(f"{largest['method']}: {largest['speedup']:.1f}x the one-at-a-time speed "
               f"(target >= {args.target:g}x with identical outputs: {'met' if target_met else 'NOT met'})")
-        beam_rows = measure_beams(model, ids, args.beams, args.batch_sizes[-1], search)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            beam_rows = measure_beams(model, ids, args.beams, args.batch_sizes[-1], search)
         if beam_rows:
             print(f"\nbatched search, {args.batch_sizes[-1]} sentences a batch, by beam size")
             print(f"{'beam':>5} {'seconds':>8} {'sent/s':>8} {'out tok/s':>10}")
@@ -204,7 +216,8 @@ def main(argv=None) -> int:
     write_json_atomic(args.output, dict(
         benchmark="decoding",
         mode="run" if args.run else "random",
-        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, beams=args.beams, sentences=args.sentences, threads=args.threads),
+        config=dict(beam=args.beam, batch_sizes=args.batch_sizes, beams=args.beams, sentences=args.sentences,
+                    threads=args.threads, precision=args.precision),
         environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
                          cpus=os.cpu_count(), load_average=os.getloadavg()),
         setups=report,

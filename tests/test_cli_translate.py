@@ -107,6 +107,21 @@ def test_translate_arguments_stdin_and_plot(trained, capsys, monkeypatch, tmp_pa
     assert lines == [outputs[0], "", outputs[1], ""]  # one line out per line in, empty stays empty
 
 
+def test_bfloat16_search_writes_its_own_files(trained, capsys):
+    """--precision bf16: the search's products in bfloat16; its hyps and eval files sit beside
+    the float32 ones instead of replacing them."""
+    assert cli_main(["evaluate", str(trained), "--split", "flickr", "--beam", "2", "-n", "0", "--precision", "bf16",
+                     "--no-progress"]) == 0
+    report = json.loads((trained / "eval-flickr-beam2-bf16.json").read_text())
+    assert report["precision"] == "bf16" and report["beam"] == 2 and 0 <= report["bleu"] <= 100
+    assert len((trained / "hyps-flickr-beam2-bf16.txt").read_text().splitlines()) == 50
+    capsys.readouterr()
+    assert cli_main(["translate", str(trained), "Ein Mann fährt Fahrrad.", "--precision", "bf16", "--beam", "2"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    with pytest.raises(SystemExit):
+        cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp16"])
+
+
 def test_missing_run_and_checkpoint(tmp_path, trained, capsys):
     assert cli_main(["translate", str(tmp_path / "nothing"), "Hallo"]) == 2
     assert "no such run folder" in capsys.readouterr().err

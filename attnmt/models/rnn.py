@@ -606,7 +606,8 @@ class RNNSeq2Seq(nn.Module):
         features, weights, state = self._step(
             embedded, state, encoded.prepared, step, beams=encoded.beams, token_gates=token_gates
         )
-        return F.log_softmax(self._logits(features), dim=-1), weights, state
+        # float32 log-probabilities even when the products ran in bfloat16 (autocast)
+        return F.log_softmax(self._logits(features).float(), dim=-1), weights, state
 
     def _token_gates(self, tokens: torch.Tensor) -> torch.Tensor:
         """W_ih[:, :E] W_d[y] + b for tokens y [N] -> [N, G]: the decoder's first-layer input

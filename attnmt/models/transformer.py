@@ -668,7 +668,7 @@ class Transformer(nn.Module):
         # The new query may look at every real token of the prefix, itself included: [N, 1, 1, t+1].
         self_mask = target_mask[:, None, None, :]
         states, caches, weights = self._decode(prev_tokens.unsqueeze(1), step, self_mask, encoded, state, "last")
-        log_probs = torch.log_softmax(self.output_projection(states[:, 0]), dim=-1)
+        log_probs = torch.log_softmax(self.output_projection(states[:, 0]).float(), dim=-1)  # float32 under autocast
         new_state = TransformerDecoderState(
             keys=tuple(keys for keys, _ in caches),
             values=tuple(values for _, values in caches),
