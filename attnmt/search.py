@@ -60,7 +60,7 @@ __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 # Done sentences leave beam search's tensors once they are this share of the sentences there.
-RETIRED_FRACTION = 0.25
+RETIRED_FRACTION = 0.1
 
 
 @dataclass
