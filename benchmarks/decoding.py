@@ -7,7 +7,10 @@ sentences (``--batch-sizes``; 64 is the translator's default), made by
 ``attnmt.data.batches_for_inference`` (longest first, as the translator does). The baseline,
 measured in the same run, calls ``beam_search`` on each sentence alone, unpadded. Every batched
 output is checked against it: same tokens, scores within 1e-4. The target, 10×, applies to the
-largest batch size.
+largest batch size. A second table counts the decoder's work, rows × steps of ``decode_step``
+(the same for every method, up to the rows of finished sentences still riding along), and times
+it: that work at the decoder's best time per row (its fullest batched steps) is a floor under any
+batched search, and the one-at-a-time time over that floor a ceiling on the speed-up.
 
 Question 2 (seed 003's beam sizes B = 1, 5, 10, 20, 50; ``--beams``): sentences and output tokens
 per second of the batched search at the largest batch size.
@@ -36,6 +39,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -111,24 +115,75 @@ def mismatches(found, expected, tolerance=1e-4) -> int:
     return sum(f.tokens != e.tokens or abs(f.score - e.score) > tolerance for f, e in zip(found, expected))
 
 
+class StepRecorder:
+    """Counts the decoder rows of every ``decode_step`` call and times the calls."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []  # (rows, seconds) per call
+
+    def __enter__(self):
+        original = self.model.decode_step
+
+        def recorded(prev_tokens, *args):
+            start = time.perf_counter()
+            result = original(prev_tokens, *args)
+            self.calls.append((len(prev_tokens), time.perf_counter() - start))
+            return result
+
+        self.model.decode_step = recorded
+        return self
+
+    def __exit__(self, *exc):
+        del self.model.decode_step  # back to the class's method
+
+    @property
+    def row_steps(self) -> int:
+        return sum(rows for rows, _ in self.calls)
+
+    @property
+    def seconds(self) -> float:
+        return sum(seconds for _, seconds in self.calls)
+
+    def best_seconds_per_row(self) -> float:
+        """Median time per row of the fullest calls (≥ 90% of the most rows): the decoder at its
+        most efficient in this search."""
+        most = max(rows for rows, _ in self.calls)
+        return statistics.median(seconds / rows for rows, seconds in self.calls if rows >= 0.9 * most)
+
+
 def measure(model, ids, beam, batch_sizes, search):
-    """Question 1. search: alpha, max_len_a, max_len_b for beam_search."""
+    """Question 1. search: alpha, max_len_a, max_len_b for beam_search.
+
+    Also returns the decoder work: the rows × steps the one-at-a-time search runs (every method
+    must run at least these), the decoder's best time per row seen in the largest batches, and
+    so the floor (work × best time per row) under any batched search and the speed-up ceiling
+    (one-at-a-time seconds / floor).
+    """
     model.eval()
     decode_batched(model, ids[:2], beam, 2, search)  # warm-up
-    start = time.perf_counter()
-    reference = decode_one_at_a_time(model, ids, beam, search)
-    baseline = time.perf_counter() - start
-    rows = [dict(method="one sentence at a time", batch_size=None, seconds=baseline,
-                 sentences_per_second=len(ids) / baseline, speedup=1.0, mismatches=0)]
-    for batch_size in batch_sizes:
+    with StepRecorder(model) as alone:
         start = time.perf_counter()
-        found = decode_batched(model, ids, beam, batch_size, search)
-        seconds = time.perf_counter() - start
+        reference = decode_one_at_a_time(model, ids, beam, search)
+        baseline = time.perf_counter() - start
+    rows = [dict(method="one sentence at a time", batch_size=None, seconds=baseline,
+                 sentences_per_second=len(ids) / baseline, speedup=1.0, mismatches=0,
+                 decoder_row_steps=alone.row_steps, decoder_seconds=alone.seconds)]
+    best_per_row = float("inf")
+    for batch_size in batch_sizes:
+        with StepRecorder(model) as batched:
+            start = time.perf_counter()
+            found = decode_batched(model, ids, beam, batch_size, search)
+            seconds = time.perf_counter() - start
+        best_per_row = min(best_per_row, batched.best_seconds_per_row())
         rows.append(dict(method=f"batched, {batch_size} sentences", batch_size=batch_size, seconds=seconds,
                          sentences_per_second=len(ids) / seconds, speedup=baseline / seconds,
-                         mismatches=mismatches(found, reference)))
+                         mismatches=mismatches(found, reference),
+                         decoder_row_steps=batched.row_steps, decoder_seconds=batched.seconds))
     output_tokens = sum(len(h.tokens) + 1 for h in reference)
-    return rows, output_tokens
+    floor = alone.row_steps * best_per_row
+    work = dict(row_steps=alone.row_steps, best_seconds_per_row=best_per_row, floor_seconds=floor,
+                speedup_ceiling=baseline / floor)
+    return rows, output_tokens, work
 
 
 def measure_beams(model, ids, beams, batch_size, search):
@@ -188,7 +243,7 @@ def main(argv=None) -> int:
         # Command line first, then the run's search settings, then beam_search's defaults.
         search = {key: given[key] if given[key] is not None else run_search.get(key, defaults[key]) for key in defaults}
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
-            rows, output_tokens = measure(model, ids, args.beam, args.batch_sizes, search)
+            rows, output_tokens, work = measure(model, ids, args.beam, args.batch_sizes, search)
         largest = rows[-1]
         target_met = largest["speedup"] >= args.target and all(row["mismatches"] == 0 for row in rows)
         print(f"\n{description}; {count_parameters(model):,} parameters")
@@ -201,6 +256,12 @@ def main(argv=None) -> int:
                   f"{row['speedup']:>8.2f}x {row['mismatches']:>7}")
         print(f"{largest['method']}: {largest['speedup']:.1f}x the one-at-a-time speed "
               f"(target >= {args.target:g}x with identical outputs: {'met' if target_met else 'NOT met'})")
+        print(f"{'method':<26} {'decoder rows x steps':>21} {'decode_step s':>14}")
+        for row in rows:
+            print(f"{row['method']:<26} {row['decoder_row_steps']:>21,} {row['decoder_seconds']:>14.2f}")
+        print(f"decoder work: {work['row_steps']:,} rows x steps (one at a time) at {1e6 * work['best_seconds_per_row']:.1f} "
+              f"us a row (median of the fullest steps) = {work['floor_seconds']:.2f} s at least for any batched search:"
+              f" speed-up ceiling {work['speedup_ceiling']:.1f}x")
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             beam_rows = measure_beams(model, ids, args.beams, args.batch_sizes[-1], search)
         if beam_rows:
@@ -211,7 +272,8 @@ def main(argv=None) -> int:
                       f"{row['output_tokens_per_second']:>10.0f}")
         report.append(dict(model=description, parameters=count_parameters(model), sentences=len(ids),
                            output_tokens=output_tokens, search=search, results=rows,
-                           target_speedup=args.target, target_met=target_met, by_beam=beam_rows))
+                           target_speedup=args.target, target_met=target_met, decoder_work=work,
+                           by_beam=beam_rows))
 
     write_json_atomic(args.output, dict(
         benchmark="decoding",
