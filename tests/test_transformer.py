@@ -402,3 +402,15 @@ def test_target_mask_computes_only_the_real_rows_of_the_logits(generator):
     torch.testing.assert_close(selected_weights, weights, rtol=0, atol=0)
     with pytest.raises(ValueError, match="tgt_mask must be a bool tensor"):
         model(src, src_mask, tgt_in, tgt_mask=tgt_mask.float())
+
+
+def test_decoding_under_bfloat16_autocast_gives_float32_log_probabilities(generator):
+    model = tiny_model()
+    src, src_mask, tgt_in = random_batch(generator)
+    with torch.no_grad():
+        expected, _ = decode_incrementally(model, src, src_mask, tgt_in)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            log_probs, _ = decode_incrementally(model, src, src_mask, tgt_in)
+    assert log_probs.dtype == torch.float32
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(log_probs.shape[:2]), rtol=0, atol=1e-5)
+    torch.testing.assert_close(log_probs, expected, rtol=0, atol=0.1)  # bf16 products: close, not equal

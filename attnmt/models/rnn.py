@@ -606,8 +606,10 @@ class RNNSeq2Seq(nn.Module):
         features, weights, state = self._step(
             embedded, state, encoded.prepared, step, beams=encoded.beams, token_gates=token_gates
         )
-        # float32 log-probabilities even when the products ran in bfloat16 (autocast)
-        return F.log_softmax(self._logits(features).float(), dim=-1), weights, state
+        logits = self._logits(features)
+        if logits.dtype in (torch.bfloat16, torch.float16):  # products under autocast: normalise in float32
+            logits = logits.float()
+        return F.log_softmax(logits, dim=-1), weights, state
 
     def _token_gates(self, tokens: torch.Tensor) -> torch.Tensor:
         """W_ih[:, :E] W_d[y] + b for tokens y [N] -> [N, G]: the decoder's first-layer input

@@ -668,7 +668,10 @@ class Transformer(nn.Module):
         # The new query may look at every real token of the prefix, itself included: [N, 1, 1, t+1].
         self_mask = target_mask[:, None, None, :]
         states, caches, weights = self._decode(prev_tokens.unsqueeze(1), step, self_mask, encoded, state, "last")
-        log_probs = torch.log_softmax(self.output_projection(states[:, 0]).float(), dim=-1)  # float32 under autocast
+        logits = self.output_projection(states[:, 0])
+        if logits.dtype in (torch.bfloat16, torch.float16):  # products under autocast: normalise in float32
+            logits = logits.float()
+        log_probs = torch.log_softmax(logits, dim=-1)
         new_state = TransformerDecoderState(
             keys=tuple(keys for keys, _ in caches),
             values=tuple(values for _, values in caches),
