@@ -40,8 +40,8 @@ low-scoring early EOS candidates end the search while a much better live beam is
 Done sentences leave the batch, so the tensors shrink as sentences finish: not one by one but
 once they are ``RETIRED_FRACTION`` of the sentences in it, because moving the encoder states
 ([B, S, D] per tensor, [B·K, S, D] without ``with_beams``) costs a good part of a decoder step;
-until then their rows ride along and are ignored. Beam size 1 is
-defined as greedy search (the most probable token at every step, stopping at the first EOS).
+until then their rows ride along and are ignored. Beam size 1 is defined as greedy search (the
+most probable token at every step, stopping at the first EOS).
 """
 
 from __future__ import annotations
