@@ -52,3 +52,10 @@ def test_hansards_guided_recipe_is_the_plain_one_plus_the_guide():
     assert {k: v for k, v in guided["training"].items() if k not in guide_keys} == \
         {k: v for k, v in plain["training"].items() if k not in guide_keys}
     assert guided["search"] == plain["search"]
+
+
+def test_multi30k_bf16_recipe_is_the_fp32_one_in_bfloat16():
+    fp32 = load_config(CONFIGS / "multi30k_rnn.yaml").to_dict()
+    bf16 = load_config(CONFIGS / "multi30k_rnn_bf16.yaml").to_dict()
+    assert (fp32["training"].pop("precision"), bf16["training"].pop("precision")) == ("fp32", "bf16")
+    assert fp32 == bf16
