@@ -25,7 +25,7 @@ from typing import Any
 
 from attnmt.errors import ConfigError
 
-__all__ = ["MODEL_MODULES", "build_model", "count_parameters"]
+__all__ = ["MODEL_MODULES", "build_model", "check_target_mask", "count_parameters", "log_probabilities"]
 
 #: model type (the ``type`` key of a model config) -> module defining ``build(...)``
 MODEL_MODULES: dict[str, str] = {
@@ -59,3 +59,25 @@ def build_model(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_siz
 def count_parameters(model, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters; a tied weight counts once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def check_target_mask(tgt_mask, tgt_in):
+    """``forward``'s ``tgt_mask`` must be a bool tensor shaped like ``tgt_in`` [B, T]; returns it."""
+    import torch
+
+    if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
+        raise ValueError(
+            f"tgt_mask must be a bool tensor of tgt_in's shape {tuple(tgt_in.shape)}, got "
+            f"{getattr(tgt_mask, 'dtype', type(tgt_mask).__name__)} {tuple(getattr(tgt_mask, 'shape', ()))}"
+        )
+    return tgt_mask
+
+
+def log_probabilities(logits):
+    """log_softmax over the last axis, in float32 when the products ran in a 16-bit type (autocast),
+    else in the logits' own precision (float64 models stay float64)."""
+    import torch
+
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
+    return torch.log_softmax(logits, dim=-1)

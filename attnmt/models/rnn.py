@@ -67,6 +67,7 @@ from torch import nn
 from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
 from attnmt.errors import ConfigError
+from attnmt.models import check_target_mask, log_probabilities
 
 __all__ = [
     "CELLS",
@@ -460,7 +461,7 @@ class RNNSeq2Seq(nn.Module):
         else:
             features, weights = self._step_loop_decoder(embedded, state, encoded.prepared, heads)
         if tgt_mask is not None:
-            features = features[_check_target_mask(tgt_mask, tgt_in)]  # [N, F]
+            features = features[check_target_mask(tgt_mask, tgt_in)]  # [N, F]
         logits = self._logits(features)
         return logits, (weights if return_attention else None)
 
@@ -606,10 +607,7 @@ class RNNSeq2Seq(nn.Module):
         features, weights, state = self._step(
             embedded, state, encoded.prepared, step, beams=encoded.beams, token_gates=token_gates
         )
-        logits = self._logits(features)
-        if logits.dtype in (torch.bfloat16, torch.float16):  # products under autocast: normalise in float32
-            logits = logits.float()
-        return F.log_softmax(logits, dim=-1), weights, state
+        return log_probabilities(self._logits(features)), weights, state
 
     def _token_gates(self, tokens: torch.Tensor) -> torch.Tensor:
         """W_ih[:, :E] W_d[y] + b for tokens y [N] -> [N, G]: the decoder's first-layer input
@@ -684,16 +682,6 @@ def _reverse_within(lengths: torch.Tensor, total: int) -> torch.Tensor:
 def _gather_time(sequence: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """sequence [B, S, D], index [B, S'] -> [B, S', D] with row b's positions ``index[b]``."""
     return sequence.gather(1, index.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
-
-
-def _check_target_mask(tgt_mask: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-    """``forward``'s tgt_mask must be a bool [B, T] like tgt_in; returns it."""
-    if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
-        raise ValueError(
-            f"tgt_mask must be a bool tensor of tgt_in's shape {tuple(tgt_in.shape)}, got "
-            f"{getattr(tgt_mask, 'dtype', type(tgt_mask).__name__)} {tuple(getattr(tgt_mask, 'shape', ()))}"
-        )
-    return tgt_mask
 
 
 def build(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2Seq:

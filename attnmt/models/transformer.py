@@ -55,6 +55,7 @@ from torch import nn
 from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.errors import ConfigError
+from attnmt.models import check_target_mask, log_probabilities
 
 __all__ = [
     "DecoderLayer",
@@ -544,12 +545,7 @@ class Transformer(nn.Module):
         need_weights = {None: False, "last": "last", "layers": True, "heads": True}[kind]
         states, _, weights = self._decode(tgt_in, 0, self_mask, encoded, None, need_weights)
         if tgt_mask is not None:
-            if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
-                raise ValueError(
-                    f"tgt_mask must be a bool tensor of tgt_in's shape {tuple(tgt_in.shape)}, got "
-                    f"{getattr(tgt_mask, 'dtype', type(tgt_mask).__name__)} {tuple(getattr(tgt_mask, 'shape', ()))}"
-                )
-            states = states[tgt_mask]  # [N, d]
+            states = states[check_target_mask(tgt_mask, tgt_in)]  # [N, d]
         logits = self.output_projection(states)
         if kind is None:
             return logits, None
@@ -668,10 +664,7 @@ class Transformer(nn.Module):
         # The new query may look at every real token of the prefix, itself included: [N, 1, 1, t+1].
         self_mask = target_mask[:, None, None, :]
         states, caches, weights = self._decode(prev_tokens.unsqueeze(1), step, self_mask, encoded, state, "last")
-        logits = self.output_projection(states[:, 0])
-        if logits.dtype in (torch.bfloat16, torch.float16):  # products under autocast: normalise in float32
-            logits = logits.float()
-        log_probs = torch.log_softmax(logits, dim=-1)
+        log_probs = log_probabilities(self.output_projection(states[:, 0]))
         new_state = TransformerDecoderState(
             keys=tuple(keys for keys, _ in caches),
             values=tuple(values for _, values in caches),
