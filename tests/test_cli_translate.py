@@ -112,6 +112,7 @@ def test_bfloat16_search_writes_its_own_files(trained, capsys):
     the float32 ones instead of replacing them."""
     assert cli_main(["evaluate", str(trained), "--split", "flickr", "--beam", "2", "-n", "0", "--precision", "bf16",
                      "--no-progress"]) == 0
+    assert "beam 2 (bf16 products)" in capsys.readouterr().out
     report = json.loads((trained / "eval-flickr-beam2-bf16.json").read_text())
     assert report["precision"] == "bf16" and report["beam"] == 2 and 0 <= report["bleu"] <= 100
     assert len((trained / "hyps-flickr-beam2-bf16.txt").read_text().splitlines()) == 50

@@ -81,7 +81,9 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
     scores, ppl = result.scores, result.perplexity
     step = f", step {report['step']}" if report.get("step") is not None else ""
     print(f"run:        {run_dir} ({report['checkpoint']}{step})")
-    print(f"split:      {split}, {len(result.sources)} sentences, {'greedy search' if beam == 1 else f'beam {beam}'}")
+    precision = evaluation.translator.precision
+    print(f"split:      {split}, {len(result.sources)} sentences, {'greedy search' if beam == 1 else f'beam {beam}'}"
+          + ("" if precision == "fp32" else f" ({precision} products)"))
     print(f"perplexity: {ppl.perplexity:.2f} (loss {ppl.loss:.4f} nats per subword token, {ppl.num_tokens} tokens)")
     print(f"BLEU:       {scores.bleu:.2f}  {scores.bleu_signature}")
     print(f"            {scores.bleu_details}")
