@@ -63,10 +63,15 @@ def resolve_split(data_config, split: str):
     return name, corpus
 
 
+def precision_suffix(precision: str) -> str:
+    """"" for an fp32 search, "-bf16" for a bf16 one (ends the names of its output files)."""
+    return "" if precision == "fp32" else f"-{precision}"
+
+
 def output_suffix(split: str, beam: int, precision: str = "fp32") -> str:
     """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, ``-bf16`` added for a bf16
     search (names of hyps and eval files)."""
-    return split + (f"-beam{beam}" if beam > 1 else "") + ("" if precision == "fp32" else f"-{precision}")
+    return split + (f"-beam{beam}" if beam > 1 else "") + precision_suffix(precision)
 
 
 def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
@@ -109,9 +114,7 @@ def evaluate_run(
         raise ConfigError(f"beam must be an integer >= 1, got {beam!r}")
     path = checkpoint_path(run, checkpoint)
     run_dir = path.parent
-    translator = Translator.load(path)
-    if precision is not None:
-        translator.precision = precision
+    translator = Translator.load(path, precision=precision)
     config = RunConfig.from_dict(translator.config, check_model=False)
     name, corpus = resolve_split(config.data, split)
     beam = translator.default_beam if beam is None else beam

@@ -92,8 +92,11 @@ class Translator:
         } if checkpoint else {}
 
     @classmethod
-    def load(cls, run: str | Path, checkpoint: str = "best", num_threads: int | None = None) -> "Translator":
-        """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly)."""
+    def load(
+        cls, run: str | Path, checkpoint: str = "best", num_threads: int | None = None, precision: str | None = None
+    ) -> "Translator":
+        """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly); ``precision``
+        None keeps the run's ``search.precision``."""
         import torch
 
         from attnmt.checkpoint import load_checkpoint, load_model_state
@@ -112,7 +115,7 @@ class Translator:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None
         load_model_state(model, state, path)
         model.eval()
-        return cls(model, tokenizers, config=state["config"], checkpoint=state)
+        return cls(model, tokenizers, config=state["config"], checkpoint=state, precision=precision)
 
     def translate(
         self,

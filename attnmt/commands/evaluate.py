@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnmt.config import PRECISIONS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN", help="run folder (or a checkpoint file)")
@@ -35,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print N examples and plot the attention of the first N sentences (default 3; "
                              "one beam size only)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="bf16: the search's matrix products in bfloat16 (faster on CPUs with AVX512-BF16; "
                              "outputs can differ from fp32); default: the run's search.precision, else fp32")
     parser.add_argument("--no-merge-pieces", action="store_true",
@@ -102,7 +104,7 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
 def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
     import json
 
-    from attnmt.comparison import beam_table, compare_beam_sizes, hyps_path, resolve_split
+    from attnmt.comparison import beam_table, compare_beam_sizes, hyps_path, precision_suffix, resolve_split
     from attnmt.config import RunConfig
     from attnmt.data import batches_for_inference
     from attnmt.data.atomic import write_bytes_atomic
@@ -111,9 +113,7 @@ def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
 
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
-    translator = Translator.load(path)
-    if args.precision is not None:
-        translator.precision = args.precision
+    translator = Translator.load(path, precision=args.precision)
     config = RunConfig.from_dict(translator.config, check_model=False)
     split, corpus = resolve_split(config.data, args.split)
     src_ids = translator.tokenizers.src.encode_many(corpus.src)
@@ -136,7 +136,7 @@ def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
         "perplexity": ppl.perplexity, "loss": ppl.loss, "num_tokens": ppl.num_tokens,
         "precision": translator.precision, "results": [result.to_dict() for result in results],
     }
-    name = f"beam-{split}" + ("" if translator.precision == "fp32" else f"-{translator.precision}")
+    name = f"beam-{split}" + precision_suffix(translator.precision)
     json_path = write_bytes_atomic(run_dir / f"{name}.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
     markdown = (f"# Beam sizes\n\n{header}. Lengths in words; seconds = decoding time; length ratio = output "
                 f"words / reference words.\n\n{table}\n")

@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from attnmt.config import PRECISIONS
+
 STDIN_CHUNK = 512  # lines translated at once from standard input
 
 
@@ -29,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace existing --plot files")
     parser.add_argument("--no-merge-pieces", action="store_true", help="plot subword pieces, not words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="bf16: matrix products in bfloat16 (faster on CPUs with AVX512-BF16; outputs can "
                              "differ from fp32); default: the run's search.precision, else fp32")
 
@@ -53,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
     existing = [str(p) for p in plot_paths if p.exists()]
     if existing and not args.overwrite:
         raise ConfigError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
-    translator = Translator.load(args.run_dir, args.checkpoint)
-    if args.precision is not None:
-        translator.precision = args.precision
+    translator = Translator.load(args.run_dir, args.checkpoint, precision=args.precision)
 
     if args.sentences:
         translations = translator.translate(
