@@ -26,15 +26,16 @@ intact, never a truncated one.
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from attnmt import __version__
 from attnmt.errors import CheckpointError
+from attnmt.files import atomic_writer
 
 FORMAT = "attnmt-checkpoint"
 FORMAT_VERSION = 1
@@ -76,19 +77,8 @@ def save_checkpoint(checkpoint: dict, path: str | Path) -> Path:
     path = Path(path)
     if checkpoint.get("format") != FORMAT:
         raise ValueError("save_checkpoint: build the dictionary with make_checkpoint()")
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            torch.save(checkpoint, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary_name, path)
-    finally:
-        if os.path.exists(temporary_name):
-            os.unlink(temporary_name)
+    with atomic_writer(path) as handle:
+        torch.save(checkpoint, handle)
     return path
 
 
@@ -117,8 +107,6 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
-    import torch
-
     data = path.read_bytes()
     if not data:
         raise CheckpointError(f"{path}: checkpoint file is empty (expected an attnmt checkpoint)")

@@ -106,7 +106,7 @@ def evaluate_run(
     """Score a run folder (or checkpoint file) on ``split``; write RUN/hyps-<split>[-beamK][-bf16].txt
     and RUN/eval-<split>[-beamK][-bf16].json. ``beam`` / ``precision`` None = the run's ``search``."""
     from attnmt.config import RunConfig
-    from attnmt.data.atomic import write_bytes_atomic
+    from attnmt.files import write_bytes_atomic
     from attnmt.evaluation import evaluate_corpus
     from attnmt.translator import Translator, checkpoint_path
 
@@ -496,7 +496,7 @@ def compare_mechanisms(
 
 def write_summary(comparison: Comparison) -> dict[str, Path]:
     """Write summary.md, summary.csv, summary.json and summary.png into ``comparison.out``."""
-    from attnmt.data.atomic import write_bytes_atomic
+    from attnmt.files import write_bytes_atomic
 
     out = comparison.out
     beam = "greedy search" if comparison.beam == 1 else f"beam {comparison.beam}"

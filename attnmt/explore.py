@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from attnmt.attention.reference import scaled_dot_product_attention
+from attnmt.files import atomic_writer
 
 __all__ = [
     "DEFAULT_BETAS",
@@ -780,8 +782,6 @@ def multihead_demo(
 
 
 def _new_figure(columns: int, title: str):
-    from matplotlib.figure import Figure
-
     figure = Figure(figsize=(4.6 * columns, 3.8), layout="constrained")
     axes = figure.subplots(1, columns, squeeze=False)[0]
     figure.suptitle(title)
@@ -789,21 +789,11 @@ def _new_figure(columns: int, title: str):
 
 
 def _save_png(figure, path: str | os.PathLike) -> Path:
-    """Write the figure to path atomically (temporary file in the same folder, then rename)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    path = Path(path)
+    """Write the figure to path atomically (``attnmt.files``)."""
     FigureCanvasAgg(figure)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            figure.savefig(stream, format="png", dpi=110)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-    return path
+    with atomic_writer(path) as stream:
+        figure.savefig(stream, format="png", dpi=110)
+    return Path(path)
 
 
 def plot_copy(result: CopyResult, path: str | os.PathLike) -> Path:

@@ -15,7 +15,7 @@ including CPU/GPU torch tensors) and lists of strings, so any model can feed it:
 
 Plots use matplotlib's object API (``Figure`` + ``FigureCanvasAgg``) and never pyplot,
 so they need no display, leak no global figure state, and can be drawn from threads.
-Files are written atomically: to a temporary file in the target folder, then ``os.replace``.
+Files are written atomically (``attnmt.files``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ import json
 import math
 import os
 import re
-import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from attnmt.files import atomic_writer, write_text_atomic
 
 __all__ = [
     "SPIECE_MARKER",
@@ -173,17 +174,7 @@ def merge_subwords(
     return merged, [word for word, _, _ in src_groups], [word for word, _, _ in tgt_groups]
 
 
-# --------------------------------------------------------------------------- atomic files
-
-
-def _open_new_temp(folder: Path, name: str) -> tuple[Path, int]:
-    """A new temporary file beside the target; created with 0666 & ~umask like a normal file."""
-    while True:
-        temp = folder / f".{name}.{secrets.token_hex(4)}.tmp"
-        try:
-            return temp, os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:  # pragma: no cover - 32 random bits collided
-            continue
+# --------------------------------------------------------------------------- target files
 
 
 def _prepare_target(path: str | os.PathLike, overwrite: bool) -> Path:
@@ -194,20 +185,6 @@ def _prepare_target(path: str | os.PathLike, overwrite: bool) -> Path:
         raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     return target
-
-
-def _write_atomically(target: Path, write) -> None:
-    """Call ``write(binary_file)`` on a temporary file beside ``target``, then rename it over it."""
-    temp, descriptor = _open_new_temp(target.parent, target.name)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- heatmaps
@@ -346,7 +323,8 @@ def plot_attention(
         else:
             figure.savefig(handle, dpi=dpi, **options)
 
-    _write_atomically(target, save)
+    with atomic_writer(target) as handle:
+        save(handle)
     return target
 
 
@@ -525,5 +503,5 @@ def write_attention_viewer(
     }
     # One pass, so text inserted for one placeholder is never scanned for another.
     page = _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
-    _write_atomically(target, lambda handle: handle.write(page.encode("utf-8")))
+    write_text_atomic(target, page)
     return target

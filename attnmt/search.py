@@ -54,10 +54,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
-# Fixed by attnmt.data's tokenizers and the contract of attnmt.models.
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
 # Done sentences leave beam search's tensors once they are this share of the sentences there.
 RETIRED_FRACTION = 0.1

@@ -57,6 +57,7 @@ import numpy as np
 
 from attnmt.config import RunConfig
 from attnmt.errors import ConfigError
+from attnmt.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -486,12 +487,6 @@ def resolve_resume_config(checkpoint_config: dict, requested: RunConfig | None, 
     return saved
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    from attnmt.data.atomic import write_bytes_atomic
-
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
 # ================================================================================================
 # The trainer
 # ================================================================================================
@@ -561,7 +556,7 @@ class Trainer:
         if ctx.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if checkpoint is None:
-                _write_text_atomic(self.run_dir / CONFIG_FILE, cfg.to_yaml())
+                write_text_atomic(self.run_dir / CONFIG_FILE, cfg.to_yaml())
         if checkpoint is not None:
             tokenizers = Tokenizers.from_state_dict(checkpoint["tokenizers"])
         elif ctx.is_main:
@@ -622,7 +617,7 @@ class Trainer:
             restore_rng_state(rng_states[ctx.rank % len(rng_states)])
             self._last_saved = self._position()
             if ctx.is_main:  # metrics.jsonl as of the checkpoint: drop lines written after it
-                _write_text_atomic(self.run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in self.history))
+                write_text_atomic(self.run_dir / METRICS, "".join(json.dumps(r) + "\n" for r in self.history))
             self._say(
                 f"resuming {self.run_dir} at step {self.state.step} "
                 f"(epoch {self.state.epoch + 1}, batch {self.state.batch_in_epoch})"

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from attnmt.errors import CheckpointError
+from attnmt.special_tokens import EOS_ID
 
 CHECKPOINT_NAMES = {"best": "best.pt", "last": "last.pt"}
 
@@ -140,7 +141,6 @@ class Translator:
         import torch
 
         from attnmt.data import batches_for_inference
-        from attnmt.data.tokenizer import EOS_ID
         from attnmt.search import beam_search, greedy_search
 
         if isinstance(sentences, str):

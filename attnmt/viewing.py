@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from attnmt.special_tokens import BOS_ID
+
 
 def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
     """Per-head cross-attention of the output ``out_ids`` (ending with EOS) given ``src_ids``
@@ -33,8 +35,6 @@ def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -
     T = len(out_ids), S = len(src_ids), in float64; None for a model with a single head.
     """
     import torch
-
-    from attnmt.data.tokenizer import BOS_ID
 
     heads = getattr(model, "attention_heads", 1) or 1
     model_type = getattr(model, "model_type", None)

@@ -154,7 +154,7 @@ def uppercase_share(lines) -> float:
 
 def write_section(out: Path, name: str, section: dict) -> None:
     """Set ``results[name]`` in the JSON file ``out``, keeping its other sections; atomic."""
-    from attnmt.data.atomic import write_bytes_atomic
+    from attnmt.files import write_bytes_atomic
 
     results = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
     results[name] = section

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attnmt.alignment.names import GOLD_FORMATS
-from attnmt.data.atomic import write_bytes_atomic
+from attnmt.files import write_text_atomic
 from attnmt.data.corpus import read_lines
 from attnmt.errors import DataError
 
@@ -250,4 +250,4 @@ def write_pharaoh(path: str | Path, alignments: Sequence[Links], *, overwrite: b
     if path.is_dir():
         raise DataError(f"{path} is a folder; give a file name for the links")
     text = "".join(format_pharaoh(links) + "\n" for links in alignments)
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    return write_text_atomic(path, text)

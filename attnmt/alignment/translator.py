@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from attnmt.errors import ConfigError
+from attnmt.special_tokens import UNK_ID
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -91,8 +92,6 @@ def word_pieces(tokenizer, words: Sequence[str]) -> tuple[list[int], list[Span]]
     Every word is encoded alone (see the module doc); a word with an empty encoding becomes one
     UNK piece. ``ids[start:stop]`` are the pieces of that word; the spans tile ``ids`` in order.
     """
-    from attnmt.data.tokenizer import UNK_ID
-
     if isinstance(words, str):
         raise TypeError("word_pieces: words must be a list of words, not one string (split it first)")
     ids: list[int] = []

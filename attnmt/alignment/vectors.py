@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from attnmt.data.atomic import write_bytes_atomic
+from attnmt.files import write_text_atomic
 from attnmt.errors import DataError
 
 __all__ = [
@@ -220,7 +220,7 @@ def _is_number(text: str) -> bool:
 
 
 def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False, precision: int = 6) -> Path:
-    """Write ``vectors`` as fastText ``.vec`` text, atomically (temporary file + os.replace).
+    """Write ``vectors`` as fastText ``.vec`` text, atomically (``attnmt.files``).
 
     Numbers are written with ``precision`` significant digits (fastText's own precision).
     Raises DataError when ``path`` exists and ``overwrite`` is False.
@@ -234,7 +234,7 @@ def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False,
     row_format = " ".join([f"%.{precision}g"] * vectors.dim)
     lines = [f"{len(vectors)} {vectors.dim}"]
     lines.extend(f"{word} {row_format % tuple(row)}" for word, row in zip(vectors.words, vectors.matrix.tolist()))
-    return write_bytes_atomic(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- seed format
@@ -349,7 +349,7 @@ def save_vector_dir(
     save_vec(tgt_vectors, paths["tgt"], overwrite=True)
     record = dict(info, src_lang=src_lang, tgt_lang=tgt_lang,
                   src_file=paths["src"].name, tgt_file=paths["tgt"].name)
-    write_bytes_atomic(paths["info"], (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_text_atomic(paths["info"], json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return paths
 
 

@@ -107,7 +107,7 @@ def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
     from attnmt.comparison import beam_table, compare_beam_sizes, hyps_path, precision_suffix, resolve_split
     from attnmt.config import RunConfig
     from attnmt.data import batches_for_inference
-    from attnmt.data.atomic import write_bytes_atomic
+    from attnmt.files import write_bytes_atomic
     from attnmt.evaluation import perplexity
     from attnmt.translator import Translator, checkpoint_path
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from attnmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:
     import torch

@@ -20,13 +20,15 @@ import hashlib
 import http.client
 import logging
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from attnmt.data.corpus import ParallelCorpus, read_parallel
 from attnmt.errors import DataError
+from attnmt.files import atomic_writer
 
 logger = logging.getLogger(__name__)
 
@@ -150,22 +152,9 @@ def _where_to_put(name: str, data_dir: str | Path | None) -> str:
 
 def _download(url: str, destination: Path, name: str, data_dir: str | Path | None) -> Path:
     """Fetch ``url`` into ``destination`` atomically, verifying the SHA-256 sum on the way."""
-    from tqdm.auto import tqdm  # only needed when actually downloading
-
-    try:
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary_name = tempfile.mkstemp(
-            prefix=f".{name}.", suffix=".part", dir=destination.parent
-        )
-    except OSError as error:
-        raise DataError(
-            f"cannot write into the Multi30k cache {destination.parent} ({error.strerror}); "
-            f"set {CACHE_DIR_ENV} to a writable folder. {_where_to_put(name, data_dir)}"
-        ) from None
-    temporary = Path(temporary_name)
     digest = hashlib.sha256()
     try:
-        with os.fdopen(descriptor, "wb") as out:
+        with atomic_writer(destination) as out:
             try:
                 with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECONDS) as response:
                     total = response.headers.get("Content-Length")
@@ -192,16 +181,17 @@ def _download(url: str, destination: Path, name: str, data_dir: str | Path | Non
                 raise DataError(
                     f"download of {url} failed: {reason}. {_where_to_put(name, data_dir)}"
                 ) from None
-        found = digest.hexdigest()
-        if found != SHA256[name]:
-            raise DataError(
-                f"download of {url} gave a file with the wrong SHA-256: expected {SHA256[name]}, "
-                f"found {found}; nothing was saved. {_where_to_put(name, data_dir)}"
-            )
-        os.chmod(temporary, 0o644)  # mkstemp makes it private (0600); the cache is not
-        os.replace(temporary, destination)
-    finally:
-        temporary.unlink(missing_ok=True)
+            found = digest.hexdigest()
+            if found != SHA256[name]:  # leaving the block with an error keeps nothing
+                raise DataError(
+                    f"download of {url} gave a file with the wrong SHA-256: expected {SHA256[name]}, "
+                    f"found {found}; nothing was saved. {_where_to_put(name, data_dir)}"
+                )
+    except OSError as error:  # the download's own errors are DataErrors by now: this is the cache
+        raise DataError(
+            f"cannot write into the Multi30k cache {destination.parent} ({error.strerror}); "
+            f"set {CACHE_DIR_ENV} to a writable folder. {_where_to_put(name, data_dir)}"
+        ) from None
     logger.info("downloaded %s to %s", url, destination)
     return destination
 

@@ -2,12 +2,8 @@
 
 A sentence becomes a list of ids of subword pieces; ``decode`` turns ids back into plain,
 detokenized text (sentencepiece marks word starts with ``▁``, so no separate detokenizer is needed).
-Every model made here has the same four special ids, which the rest of attnmt relies on:
-
-    PAD_ID = 0   <pad>   fills batches; never predicted, never attended to
-    UNK_ID = 1   <unk>   a character the model never saw
-    BOS_ID = 2   <s>     first input of the decoder
-    EOS_ID = 3   </s>    end of a sentence (appended to sources and targets by ``batching``)
+Every model made here has the four special ids of ``attnmt.special_tokens`` (PAD 0, UNK 1,
+BOS 2, EOS 3), which the rest of attnmt relies on.
 
 ``encode`` returns the pieces of the text only, without BOS or EOS; batching adds them.
 
@@ -29,14 +25,13 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from attnmt.data.atomic import write_bytes_atomic
 from attnmt.data.corpus import ParallelCorpus
 from attnmt.errors import DataError
+from attnmt.files import write_bytes_atomic
+from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 logger = logging.getLogger(__name__)
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
 TOKENIZERS_JSON = "tokenizers.json"
 

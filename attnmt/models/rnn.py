@@ -68,6 +68,7 @@ from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
 from attnmt.errors import ConfigError
 from attnmt.models import check_target_mask, log_probabilities
+from attnmt.special_tokens import PAD_ID
 
 __all__ = [
     "CELLS",
@@ -78,8 +79,6 @@ __all__ = [
     "RNNSeq2Seq",
     "build",
 ]
-
-PAD_ID = 0  # fixed by attnmt.data's tokenizers (pad=0, unk=1, bos=2, eos=3)
 
 CELLS = ("lstm", "gru")
 FLOWS = ("parallel", "bahdanau", "luong")

@@ -56,6 +56,7 @@ from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.errors import ConfigError
 from attnmt.models import check_target_mask, log_probabilities
+from attnmt.special_tokens import PAD_ID
 
 __all__ = [
     "DecoderLayer",
@@ -69,7 +70,6 @@ __all__ = [
     "sinusoidal_positions",
 ]
 
-PAD_ID = 0
 MODEL_TYPE = "transformer"
 POSITION_KINDS = ("sinusoidal", "learned")
 NORM_KINDS = ("pre", "post")

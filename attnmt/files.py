@@ -1,0 +1,61 @@
+"""Writing files so that a reader never sees half of one.
+
+Every file attnmt writes (checkpoints, tokenizers, configs, hypotheses, reports, figures, HTML
+pages, word vectors, downloads) goes through ``atomic_writer``: the bytes go to a new temporary
+file beside the target, are flushed to disk, and only then replace the target with
+``os.replace``. A crash, a kill -9 or a full disk while writing leaves the previous file (or
+none) in place, never a truncated one, and removes the temporary file when Python still can.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["atomic_writer", "write_bytes_atomic", "write_text_atomic"]
+
+
+def _new_temporary(folder: Path, name: str) -> tuple[Path, int]:
+    """A new temporary file beside the target, created with 0666 & ~umask like an ordinary file."""
+    while True:
+        temporary = folder / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:  # pragma: no cover - 32 random bits collided
+            continue
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """``with atomic_writer(path) as handle:`` write binary data to ``handle``; on a clean exit the
+    file replaces ``path``, on an exception ``path`` is untouched and the temporary file removed.
+
+    The folder is created when missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary, descriptor = _new_temporary(path.parent, path.name)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see ``atomic_writer``); returns ``path``."""
+    with atomic_writer(path) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` as UTF-8 to ``path`` atomically; returns ``path``."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
