@@ -3,7 +3,7 @@
 A checkpoint is a plain dictionary saved with ``torch.save``::
 
     format            "attnmt-checkpoint"       (marker: this file was written by attnmt)
-    format_version    1
+    format_version    2 (version 1 files, written before training became a package, are read too)
     attnmt_version    "0.1.0"
     model_type        "rnn" | "transformer"     (must equal config["model"]["type"])
     config            the run configuration as a plain dict (RunConfig.to_dict())
@@ -11,7 +11,8 @@ A checkpoint is a plain dictionary saved with ``torch.save``::
     tokenizers        {file name: bytes} — the sentencepiece model files, so a checkpoint alone translates
     optimizer, scheduler   their state_dicts (training state; absent in a checkpoint for inference only)
     rng               random generator states per rank (torch, numpy, python) for an exact resume
-    progress          {"step", "epoch", "batch_in_epoch", "elapsed_seconds", ...}
+    progress          {"step", "epoch", "batch_in_epoch", "elapsed_seconds", ..., "plateau": {...},
+                      "window": {...}, "epoch_sums": {...}} (attnmt.training.statistics, .schedule)
     history           the metric records written so far (the lines of metrics.jsonl)
 
 Everything in it is a dict, list, tuple, str, bytes, number or tensor, so it loads with
@@ -38,7 +39,7 @@ from attnmt.errors import CheckpointError
 from attnmt.files import atomic_writer
 
 FORMAT = "attnmt-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # Keys every checkpoint has; training checkpoints also carry the TRAINING_KEYS.
 REQUIRED_KEYS = ("format", "format_version", "attnmt_version", "model_type", "config", "model", "tokenizers")
@@ -140,6 +141,8 @@ def load_checkpoint(
             f"{path}: checkpoint format version {version!r} is not supported by attnmt {__version__} "
             f"(expected at most {FORMAT_VERSION}); it was written by attnmt {checkpoint.get('attnmt_version')}"
         )
+    if version == 1:
+        checkpoint = _upgrade_from_version_1(checkpoint)
     missing = [key for key in REQUIRED_KEYS if key not in checkpoint]
     if require_training_state:
         missing += [key for key in TRAINING_KEYS if key not in checkpoint]
@@ -161,6 +164,33 @@ def load_checkpoint(
         )
     if not isinstance(checkpoint["model"], dict) or not isinstance(checkpoint["tokenizers"], dict):
         raise CheckpointError(f"{path}: checkpoint's 'model' and 'tokenizers' entries must be dictionaries")
+    return checkpoint
+
+
+def _upgrade_from_version_1(checkpoint: dict) -> dict:
+    """A version-1 checkpoint in version 2's layout: its flat ``progress`` (one dict of 24 fields)
+    split into the position, the plateau tracker and the running sums; its scheduler's own plateau
+    count dropped (the tracker's count drives the lr decay now). Weights, config and tokenizers are
+    the same in both versions."""
+    checkpoint = dict(checkpoint, format_version=FORMAT_VERSION)
+    old = checkpoint.get("progress")
+    if isinstance(old, dict) and "plateau" not in old:
+        position_keys = ("step", "epoch", "batch_in_epoch", "elapsed_seconds", "last_eval_step", "stop_reason",
+                         "world_size")
+        checkpoint["progress"] = {
+            **{key: old[key] for key in position_keys if key in old},
+            "plateau": {
+                "best_loss": old.get("best_val_loss", float("inf")), "best_step": old.get("best_step", -1),
+                "best_epoch": old.get("best_epoch", -1), "best_bleu": old.get("best_val_bleu"),
+                "stale": old.get("evals_without_improvement", 0),
+            },
+            "window": {name: old.get(f"window_{name}", 0) for name in
+                       ("loss", "nll", "guide", "tokens", "steps", "seconds", "grad_norm")},
+            "epoch_sums": {name: old.get(f"epoch_{name}", 0) for name in
+                           ("loss", "nll", "guide", "tokens", "steps", "seconds", "grad_norm")},
+        }
+    if isinstance(checkpoint.get("scheduler"), dict):
+        checkpoint["scheduler"] = {"plateau_scale": checkpoint["scheduler"].get("plateau_scale", 1.0)}
     return checkpoint
 
 

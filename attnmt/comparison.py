@@ -1,5 +1,5 @@
-"""Comparing settings: one run's test scores at several beam sizes, and several attention
-mechanisms trained with several seeds (``attnmt evaluate --beam 1 5 10``, ``attnmt compare``).
+"""Comparing attention mechanisms: each trained with several seeds, evaluated, and summarised
+(``attnmt compare``). Evaluating one run is ``attnmt.evaluation``'s.
 
 A comparison of mechanisms is a folder::
 
@@ -35,172 +35,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from attnmt.config import RunConfig, load_config
+from attnmt.data import load_split
 from attnmt.errors import ConfigError
+from attnmt.evaluation import evaluate_run
+from attnmt.files import write_bytes_atomic, write_text_atomic
+from attnmt.runs import LAST, eval_json_path, read_saved_config, resolve_resume_config, training_finished
+from attnmt.tables import format_table
+from attnmt.training import Trainer
 
 METRICS = ("perplexity", "bleu", "chrf")
 METRIC_LABELS = {"perplexity": "perplexity", "bleu": "BLEU", "chrf": "chrF"}
-
-
-# ================================================================================================
-# Splits and the scores of one run
-# ================================================================================================
-
-
-def resolve_split(data_config, split: str):
-    """The canonical name of ``split`` and its corpus: ``(name, ParallelCorpus)``.
-
-    For Multi30k "test" is test_2016_flickr and "valid" is val; for a config with named test
-    sets, "test" is the first of them. ConfigError for a split the config does not have.
-    """
-    from attnmt.data import load_split
-
-    corpus = load_split(data_config, split)
-    name = split
-    if data_config.dataset == "multi30k" and split in ("test", "valid"):
-        name = {"test": "test_2016_flickr", "valid": "val"}[split]
-    elif split == "test" and data_config.test and "test" not in data_config.test:
-        name = next(iter(data_config.test))
-    return name, corpus
-
-
-def precision_suffix(precision: str) -> str:
-    """"" for an fp32 search, "-bf16" for a bf16 one (ends the names of its output files)."""
-    return "" if precision == "fp32" else f"-{precision}"
-
-
-def output_suffix(split: str, beam: int, precision: str = "fp32") -> str:
-    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, ``-bf16`` added for a bf16
-    search (names of hyps and eval files)."""
-    return split + (f"-beam{beam}" if beam > 1 else "") + precision_suffix(precision)
-
-
-def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
-    return Path(run_dir) / f"eval-{output_suffix(split, beam, precision)}.json"
-
-
-def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
-    return Path(run_dir) / f"hyps-{output_suffix(split, beam, precision)}.txt"
-
-
-@dataclass
-class RunEvaluation:
-    """What ``evaluate_run`` computed and wrote."""
-
-    report: dict[str, Any]  # the eval json: run, checkpoint, split, beam, perplexity, bleu, chrf, ...
-    result: Any  # attnmt.evaluation.CorpusEvaluation (with the translations)
-    translator: Any  # attnmt.translator.Translator
-    json_path: Path
-    hyps_path: Path
-
-
-def evaluate_run(
-    run: str | Path,
-    split: str = "test",
-    beam: int | None = None,
-    checkpoint: str = "best",
-    batch_size: int | None = None,
-    return_attention: bool = False,
-    progress: bool = False,
-    precision: str | None = None,
-) -> RunEvaluation:
-    """Score a run folder (or checkpoint file) on ``split``; write RUN/hyps-<split>[-beamK][-bf16].txt
-    and RUN/eval-<split>[-beamK][-bf16].json. ``beam`` / ``precision`` None = the run's ``search``."""
-    from attnmt.config import RunConfig
-    from attnmt.files import write_bytes_atomic
-    from attnmt.evaluation import evaluate_corpus
-    from attnmt.translator import Translator, checkpoint_path
-
-    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
-        raise ConfigError(f"beam must be an integer >= 1, got {beam!r}")
-    path = checkpoint_path(run, checkpoint)
-    run_dir = path.parent
-    translator = Translator.load(path, precision=precision)
-    config = RunConfig.from_dict(translator.config, check_model=False)
-    name, corpus = resolve_split(config.data, split)
-    beam = translator.default_beam if beam is None else beam
-    result = evaluate_corpus(
-        translator, corpus, split=name, beam=beam, batch_size=batch_size, max_tokens=config.data.max_tokens,
-        return_attention=return_attention, progress=progress,
-    )
-    hyps_file = hyps_path(run_dir, name, beam, translator.precision)
-    json_file = eval_json_path(run_dir, name, beam, translator.precision)
-    write_bytes_atomic(hyps_file, "".join(h + "\n" for h in result.hypotheses).encode("utf-8"))
-    report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict(), "precision": translator.precision}
-    report["step"] = (translator.checkpoint_info.get("progress") or {}).get("step")
-    write_bytes_atomic(json_file, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
-    return RunEvaluation(report, result, translator, json_file, hyps_file)
-
-
-# ================================================================================================
-# Beam sizes
-# ================================================================================================
-
-
-@dataclass
-class BeamResult:
-    """Scores of one beam size on a corpus. Lengths are whitespace-separated words."""
-
-    beam: int
-    bleu: float
-    chrf: float
-    bleu_lowercase: float
-    average_length: float  # mean output length
-    length_ratio: float  # total output words / total reference words
-    seconds: float  # decoding time (translation only, not the scoring)
-    num_sentences: int
-    hypotheses: list[str] = field(default_factory=list, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values.pop("hypotheses")
-        return values
-
-
-def compare_beam_sizes(
-    translator,
-    corpus,
-    beams: Sequence[int],
-    batch_size: int | None = None,
-    progress: bool = False,
-) -> list[BeamResult]:
-    """Decode ``corpus.src`` with each beam size (1 = greedy) and score against ``corpus.tgt``.
-
-    ``seconds`` is the wall-clock time of ``translator.translate`` alone.
-    """
-    from attnmt.evaluation import corpus_scores
-
-    beams = list(beams)
-    if not beams or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in beams):
-        raise ConfigError(f"beam sizes must be integers >= 1, got {beams!r}")
-    reference_words = sum(len(reference.split()) for reference in corpus.tgt)
-    results = []
-    for beam in beams:
-        started = time.perf_counter()
-        translations = translator.translate(corpus.src, beam=beam, batch_size=batch_size, progress=progress)
-        seconds = time.perf_counter() - started
-        outputs = [t.output for t in translations]
-        scores = corpus_scores(outputs, corpus.tgt)
-        words = sum(len(output.split()) for output in outputs)
-        results.append(BeamResult(
-            beam=beam, bleu=scores.bleu, chrf=scores.chrf, bleu_lowercase=scores.bleu_lowercase,
-            average_length=words / max(len(outputs), 1), length_ratio=words / max(reference_words, 1),
-            seconds=seconds, num_sentences=len(outputs), hypotheses=outputs,
-        ))
-    return results
-
-
-BEAM_HEADERS = ["beam", "BLEU", "chrF", "avg length", "length ratio", "seconds", "sentences/s"]
-
-
-def beam_table(results: Sequence[BeamResult]) -> str:
-    """The Markdown table of ``compare_beam_sizes``'s results."""
-    from attnmt.evaluation import format_table
-
-    rows = [
-        [r.beam, r.bleu, r.chrf, r.average_length, r.length_ratio, r.seconds, r.num_sentences / max(r.seconds, 1e-9)]
-        for r in results
-    ]
-    return format_table(BEAM_HEADERS, rows)
 
 
 # ================================================================================================
@@ -298,8 +147,6 @@ class Comparison:
 
     def summary_table(self) -> str:
         """Markdown: per mechanism, mean ± std and variance of each metric."""
-        from attnmt.evaluation import format_table
-
         headers = ["attention", "runs"]
         for metric in METRICS:
             headers += [f"{METRIC_LABELS[metric]} (mean ± std)", f"{METRIC_LABELS[metric]} var"]
@@ -313,8 +160,6 @@ class Comparison:
         return format_table(headers, rows)
 
     def runs_table(self) -> str:
-        from attnmt.evaluation import format_table
-
         rows = [[o.mechanism, o.seed, o.perplexity, o.bleu, o.chrf, "–" if o.step is None else o.step, str(o.run_dir)]
                 for o in self.outcomes]
         return format_table(["attention", "seed", "perplexity", "BLEU", "chrF", "steps", "run"], rows)
@@ -340,39 +185,10 @@ class Comparison:
         }
 
 
-def training_finished(run_dir: str | Path) -> bool:
-    """True when the run's metrics.jsonl ends with the trainer's final ``summary`` record."""
-    from attnmt.training import METRICS as METRICS_FILE
-
-    path = Path(run_dir) / METRICS_FILE
-    try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (FileNotFoundError, UnicodeDecodeError):
-        return False
-    if not lines:
-        return False
-    try:
-        return json.loads(lines[-1]).get("type") == "summary"
-    except (json.JSONDecodeError, AttributeError):
-        return False  # a line cut short by a kill: the run did not finish
-
-
-def _saved_config(run_dir: Path) -> dict | None:
-    from attnmt.config import yaml_load
-    from attnmt.training import CONFIG_FILE
-
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        return None
-    return yaml_load(path.read_text(encoding="utf-8"))
-
-
-def _check_same_config(run_dir: Path, requested) -> Any:
+def _check_same_config(run_dir: Path, requested: RunConfig) -> RunConfig:
     """The config to continue ``run_dir`` with: its own, with the requested limits; ConfigError when
     the comparison asks for a different one (another data set, model, lr, ...)."""
-    from attnmt.training import resolve_resume_config
-
-    saved = _saved_config(run_dir)
+    saved = read_saved_config(run_dir)
     if saved is None:
         return requested
     try:
@@ -393,8 +209,6 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
     """Bring one run of a comparison to an eval json, doing only what is missing; returns
     (status, eval report). status: "reused" (trained and scored before), "evaluated" (trained
     before), "resumed" (from its last.pt) or "trained"."""
-    from attnmt.training import LAST, Trainer
-
     report_path = eval_json_path(run_dir, split, beam)
     finished = training_finished(run_dir)
     started_before = run_dir.is_dir() and any(run_dir.iterdir())
@@ -433,8 +247,6 @@ def compare_mechanisms(
     set_options: ``["section.key=value", ...]`` as ``attnmt train --set``.
     log: receives one line when a run starts and one when it is done, with its scores.
     """
-    from attnmt.config import load_config
-
     mechanisms = [str(m) for m in mechanisms]
     if not mechanisms:
         raise ConfigError("give at least one attention mechanism to compare")
@@ -455,7 +267,9 @@ def compare_mechanisms(
 
     # Every mechanism name and the split are checked before anything is trained.
     first = {mechanism: config_for(mechanism, 1) for mechanism in mechanisms}
-    split_name, _ = resolve_split(first[mechanisms[0]].data, split)
+    data = first[mechanisms[0]].data
+    load_split(data, split)  # ConfigError for a split the config lacks, before anything is trained
+    split_name = data.canonical_split(split)
 
     comparison = Comparison(
         out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
@@ -496,8 +310,6 @@ def compare_mechanisms(
 
 def write_summary(comparison: Comparison) -> dict[str, Path]:
     """Write summary.md, summary.csv, summary.json and summary.png into ``comparison.out``."""
-    from attnmt.files import write_bytes_atomic
-
     out = comparison.out
     beam = "greedy search" if comparison.beam == 1 else f"beam {comparison.beam}"
     markdown = (
@@ -522,11 +334,9 @@ def write_summary(comparison: Comparison) -> dict[str, Path]:
             row += ["" if math.isnan(v) else repr(float(v)) for v in (stats.mean, stats.std, stats.var)]
         writer.writerow(row)
     paths = {
-        "md": write_bytes_atomic(out / "summary.md", markdown.encode("utf-8")),
-        "csv": write_bytes_atomic(out / "summary.csv", buffer.getvalue().encode("utf-8")),
-        "json": write_bytes_atomic(
-            out / "summary.json", (json.dumps(comparison.to_dict(), indent=2) + "\n").encode("utf-8")
-        ),
+        "md": write_text_atomic(out / "summary.md", markdown),
+        "csv": write_text_atomic(out / "summary.csv", buffer.getvalue()),
+        "json": write_text_atomic(out / "summary.json", json.dumps(comparison.to_dict(), indent=2) + "\n"),
         "png": write_bytes_atomic(out / "summary.png", summary_plot_png(comparison)),
     }
     return paths
@@ -535,10 +345,6 @@ def write_summary(comparison: Comparison) -> dict[str, Path]:
 def summary_plot_png(comparison: Comparison) -> bytes:
     """A bar chart per metric: the mean over runs per mechanism, error bars ± one standard
     deviation, and each run as a dot. matplotlib's Figure API with the Agg canvas (no pyplot)."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     table = comparison.statistics()
     names = list(table)
     figure = Figure(figsize=(3.2 * len(METRICS) + 0.4 * max(len(names) - 3, 0) * len(METRICS), 3.6), dpi=120)

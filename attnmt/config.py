@@ -6,7 +6,7 @@ A run is described by one YAML file::
       dataset: multi30k
       src_lang: de
       tgt_lang: en
-    model:     # handed to attnmt.models.build_model, which validates it
+    model:     # attnmt.models.RNNConfig or TransformerConfig, chosen by type
       type: rnn
       attention: scaled_dot
     training:  # TrainingConfig below
@@ -27,15 +27,20 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from attnmt.data.config import DataConfig
 from attnmt.errors import ConfigError
+from attnmt.models import ModelConfig, model_config
+from attnmt.precision import check_precision
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt")
-PRECISIONS = ("fp32", "bf16")
 
 
 def _is_int(value: Any) -> bool:
@@ -82,7 +87,7 @@ class TrainingConfig:
                              loss and all validation stay float32); 1.3-1.6x the tokens/s on CPUs with
                              AVX512-BF16 or AMX (benchmarks/training_speed.py); possibly slower on others
     guide_weight             λ of the guided-alignment loss, used when ``data.train_links`` is set
-                             (attnmt.alignment.guide): loss = CE + λ · Σ −A log a / target tokens
+                             (attnmt.models.losses): loss = CE + λ · Σ −A log a / target tokens
     guide_layer              the decoder layer whose attention is guided, from 1 (−1 = last; null =
                              the penultimate one, the only one for an RNN), as ``attnmt align --layer``
     guide_head               the head guided (from 1), null = the mean over the heads
@@ -160,8 +165,7 @@ class TrainingConfig:
             fail("bleu_max_sentences", "an integer >= 0 or null")
         if not _is_int(self.examples) or self.examples < 0:
             fail("examples", "an integer >= 0")
-        if self.precision not in PRECISIONS:
-            fail("precision", f"one of {', '.join(PRECISIONS)}")
+        check_precision(self.precision, "training.precision")
         if not _is_number(self.guide_weight) or self.guide_weight <= 0:
             fail("guide_weight", "a number > 0")
         for key in ("guide_layer", "guide_head"):
@@ -215,8 +219,7 @@ class SearchConfig:
             if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
                 raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
             setattr(self, key, float(getattr(self, key)))
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"search.precision: must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_precision(self.precision, "search.precision")
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "SearchConfig":
@@ -241,37 +244,21 @@ def _dataclass_from_dict(cls, values: dict | None, section: str):
         raise ConfigError(f"{section}: {error}") from None
 
 
-def check_model_config(model: Any) -> dict[str, Any]:
-    """Validate the ``model:`` section by building the model on the meta device (no memory, no
-    random numbers) and return its normalised dict (defaults filled in, aliases resolved)."""
-    import torch
-
-    from attnmt.models import build_model
-
-    if not isinstance(model, dict):
-        raise ConfigError(f"model: must be a mapping with a 'type', got {model!r}")
-    with torch.device("meta"):
-        built = build_model(dict(model), 8, 8)
-    config = getattr(built, "config", None)
-    return config.to_dict() if hasattr(config, "to_dict") else dict(model)
-
-
 @dataclass
 class RunConfig:
-    """Everything that defines a run; ``model`` stays a dict (``build_model`` owns its schema)."""
+    """Everything that defines a run: one typed section each."""
 
-    data: Any  # attnmt.data.DataConfig
-    model: dict[str, Any] = field(default_factory=lambda: {"type": "rnn"})
+    data: DataConfig
+    model: ModelConfig = field(default_factory=lambda: model_config(None))
     training: TrainingConfig = field(default_factory=TrainingConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
 
     @classmethod
-    def from_dict(
-        cls, values: dict | None, base_dir: str | Path | None = None, check_model: bool = True
-    ) -> "RunConfig":
-        """Build and validate from a plain dict; relative data paths resolve against ``base_dir``."""
-        from attnmt.data import DataConfig
+    def from_dict(cls, values: dict | None, base_dir: str | Path | None = None) -> "RunConfig":
+        """Build and validate from a plain dict; relative data paths resolve against ``base_dir``.
 
+        Every section checks its own keys and values (ConfigError names the first bad one).
+        """
         values = {} if values is None else values
         if not isinstance(values, dict):
             raise ConfigError(f"the config must be a mapping with sections {', '.join(SECTIONS)}, got {values!r}")
@@ -280,13 +267,9 @@ class RunConfig:
             raise ConfigError(
                 f"unknown section(s) {', '.join(map(repr, unknown))}; valid sections: {', '.join(SECTIONS)}"
             )
-        model = values.get("model")
-        model = {"type": "rnn"} if model is None else model
-        if check_model:
-            model = check_model_config(model)
         return cls(
             data=DataConfig.from_dict(values.get("data"), base_dir=base_dir),
-            model=copy.deepcopy(model),
+            model=model_config(copy.deepcopy(values.get("model"))),
             training=TrainingConfig.from_dict(values.get("training")),
             search=SearchConfig.from_dict(values.get("search")),
         )
@@ -295,26 +278,22 @@ class RunConfig:
         """Plain data (YAML- and checkpoint-ready); data paths made absolute by default."""
         return {
             "data": self.data.to_dict(resolve_paths=resolve_paths),
-            "model": copy.deepcopy(self.model),
+            "model": self.model.to_dict(),
             "training": self.training.to_dict(),
             "search": self.search.to_dict(),
         }
 
     def to_yaml(self) -> str:
-        import yaml
-
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
 
     @property
     def attention(self) -> str | None:
-        return self.model.get("attention")
+        """The attention mechanism of an RNN model (None for a Transformer)."""
+        return getattr(self.model, "attention", None)
 
 
 def _yaml_loader():
     """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``)."""
-    import re
-
-    import yaml
 
     class Loader(yaml.SafeLoader):
         pass
@@ -329,8 +308,6 @@ def _yaml_loader():
 
 def yaml_load(text: str) -> Any:
     """Parse YAML text safely (no code), with ``1e-3`` read as a number."""
-    import yaml
-
     return yaml.load(text, Loader=_yaml_loader())
 
 
@@ -340,8 +317,6 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None, set_o
     overrides: the named command-line options (see ``apply_overrides``).
     set_options: ``["section.key=value", ...]`` with YAML values, e.g. ``training.lr=5e-4``.
     """
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -377,8 +352,6 @@ def apply_overrides(values: dict, overrides: dict[str, Any], set_options: list[s
     overrides: ``{"attention": "dot", "seed": 3, "max_epochs": 1, "max_steps": None, ...}``
     set_options: ``"section.key=value"`` strings; the value is read as YAML (``1e-3``, ``null``, ``[a, b]``).
     """
-    import yaml
-
     if not isinstance(values, dict):
         raise ConfigError(f"the config must be a mapping with sections {', '.join(SECTIONS)}, got {values!r}")
     values = copy.deepcopy(values)

@@ -1,4 +1,7 @@
-"""Metrics of a translator: perplexity, BLEU and chrF, and tables over several runs.
+"""Evaluating a translator: perplexity, BLEU and chrF of a split, at one beam size or several.
+
+One module serves validation during training, ``attnmt evaluate``, ``attnmt compare`` and the
+benchmarks.
 
 Perplexity (teacher forcing: the decoder reads the reference prefix ``y_<t``)::
 
@@ -13,53 +16,33 @@ BLEU (Papineni et al., 2002) and chrF (Popović, 2015) are computed by sacrebleu
 detokenized, cased output against the raw references, with sacrebleu's default ``13a``
 tokenization, so the numbers are comparable with published ones; each comes with its sacrebleu
 signature. A lower-cased BLEU is reported too, as many Multi30k papers quote it.
+
+Files (names in ``attnmt.runs``): ``evaluate_run`` writes a run's hypotheses and its eval json;
+``evaluate_beam_sizes`` writes the hypotheses of every beam size and the beam-size table.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import statistics
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+import torch
+from sacrebleu.metrics import BLEU, CHRF
 
-# --------------------------------------------------------------------------- token losses
+from attnmt.data import ParallelCorpus, batches_for_inference, load_split
+from attnmt.errors import ConfigError
+from attnmt.files import write_text_atomic
+from attnmt.models.losses import token_losses
+from attnmt.runs import beam_table_path, checkpoint_path, eval_json_path, hyps_path
+from attnmt.tables import format_table
+from attnmt.translator import Translation, Translator
 
-
-def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
-    """Summed losses over the real target tokens.
-
-    logits:  [B, T, V]  unnormalised scores of the next token, or [N, V] those of the N real
-                        tokens only (``model(..., tgt_mask=mask)``: ``logits[mask]`` already)
-    targets: [B, T]     the reference tokens (tokens + EOS, padded)
-    mask:    [B, T]     True for real tokens, False for padding
-    Returns ``(loss_sum, nll_sum, num_tokens)``: ``loss_sum`` is the training loss summed over the
-    real tokens (cross-entropy with label smoothing ε against ``(1-ε)·onehot + ε/V``), ``nll_sum``
-    the plain negative log-likelihood summed over them (a float tensor without gradient), and
-    ``num_tokens`` how many real tokens there are. Padding positions are not even scored.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    selected_already = logits.dim() == 2 and mask.shape == targets.shape and logits.shape[0] == int(mask.sum())
-    if not selected_already and (logits.dim() != 3 or targets.shape != logits.shape[:2] or mask.shape != targets.shape):
-        raise ValueError(
-            f"token_losses: expected logits [B, T, V] or [N, V] (N = real tokens), targets [B, T], "
-            f"mask [B, T]; got {tuple(logits.shape)}, {tuple(targets.shape)}, {tuple(mask.shape)}"
-        )
-    selected = logits if selected_already else logits[mask]  # [N, V]
-    gold = targets[mask]  # [N]
-    log_probs = F.log_softmax(selected.float(), dim=-1)
-    nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [N]
-    if label_smoothing > 0.0:
-        smooth = -log_probs.mean(dim=-1)  # cross-entropy against the uniform distribution
-        loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth
-    else:
-        loss = nll
-    with torch.no_grad():
-        nll_sum = nll.sum().detach()
-    return loss.sum(), nll_sum, int(gold.numel())
+# --------------------------------------------------------------------------- perplexity
 
 
 @dataclass
@@ -71,13 +54,9 @@ class PerplexityResult:
     num_tokens: int
 
 
-def perplexity(model, batches: Iterable) -> PerplexityResult:
-    """Perplexity of ``model`` on ``batches`` (attnmt.data Batch objects), teacher forced.
-
-    The model is put in eval mode (no dropout) for the computation and restored afterwards.
-    """
-    import torch
-
+def likelihood_sums(model, batches: Iterable) -> tuple[float, int]:
+    """``(Σ −log p, number of real target tokens)`` of ``model`` on ``batches``, teacher forced,
+    in eval mode (no dropout; the mode is restored afterwards)."""
     was_training = model.training
     model.eval()
     total_nll = 0.0
@@ -91,7 +70,12 @@ def perplexity(model, batches: Iterable) -> PerplexityResult:
                 total_tokens += count
     finally:
         model.train(was_training)
-    return perplexity_from_sums(total_nll, total_tokens)
+    return total_nll, total_tokens
+
+
+def perplexity(model, batches: Iterable) -> PerplexityResult:
+    """Perplexity of ``model`` on ``batches`` (attnmt.data Batch objects), teacher forced."""
+    return perplexity_from_sums(*likelihood_sums(model, batches))
 
 
 def perplexity_from_sums(nll_sum: float, num_tokens: int) -> PerplexityResult:
@@ -100,6 +84,13 @@ def perplexity_from_sums(nll_sum: float, num_tokens: int) -> PerplexityResult:
         return PerplexityResult(float("nan"), float("nan"), 0)
     loss = nll_sum / num_tokens
     return PerplexityResult(loss, math.exp(min(loss, 700.0)), num_tokens)
+
+
+def corpus_perplexity(translator: Translator, corpus: ParallelCorpus, max_tokens: int = 4096) -> PerplexityResult:
+    """Perplexity of ``translator`` on a whole corpus (never cut), batched by ``max_tokens``."""
+    src_ids = translator.tokenizers.src.encode_many(corpus.src)
+    tgt_ids = translator.tokenizers.tgt.encode_many(corpus.tgt)
+    return perplexity(translator.model, batches_for_inference(src_ids, max_tokens=max_tokens, tgt_ids=tgt_ids))
 
 
 # --------------------------------------------------------------------------- BLEU and chrF
@@ -131,8 +122,6 @@ def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> tuple[float, str]:
     """sacrebleu corpus BLEU (13a tokenization) and its signature."""
-    from sacrebleu.metrics import BLEU
-
     _check_pairs(hypotheses, references)
     metric = BLEU(lowercase=lowercase)
     result = metric.corpus_score(list(hypotheses), [list(references)])
@@ -141,8 +130,6 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool =
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     """BLEU (cased), chrF and lower-cased BLEU of detokenized hypotheses against raw references."""
-    from sacrebleu.metrics import BLEU, CHRF
-
     _check_pairs(hypotheses, references)
     hypotheses, references = list(hypotheses), [list(references)]
     cased, chrf, lower = BLEU(), CHRF(), BLEU(lowercase=True)
@@ -161,51 +148,7 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Score
     )
 
 
-# --------------------------------------------------------------------------- tables
-
-
-def mean_and_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value; NaN, NaN for none)."""
-    values = [float(v) for v in values]
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def format_mean_std(values: Sequence[float], digits: int = 2) -> str:
-    """``"34.12 ± 0.53"`` (mean ± sample standard deviation), ``"34.12"`` for one value."""
-    mean, std = mean_and_std(values)
-    if math.isnan(mean):
-        return "–"
-    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 2) -> str:
-    """A Markdown table (readable as plain text too): numbers right-aligned, floats with ``digits`` decimals."""
-    if any(len(row) != len(headers) for row in rows):
-        raise ValueError(f"format_table: every row needs {len(headers)} cells")
-
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return "–" if math.isnan(value) else f"{value:.{digits}f}"
-        return str(value)
-
-    cells = [[cell(value) for value in row] for row in rows]
-    numeric = [
-        all(isinstance(row[column], (int, float)) and not isinstance(row[column], bool) for row in rows) and bool(rows)
-        for column in range(len(headers))
-    ]
-    widths = [max([len(str(h))] + [len(row[c]) for row in cells]) for c, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        padded = [v.rjust(w) if numeric[c] else v.ljust(w) for c, (v, w) in enumerate(zip(values, widths))]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if numeric[c] else ("-" * (w + 2)) for c, w in enumerate(widths)) + "|"
-    return "\n".join([line([str(h) for h in headers]), rule] + [line(row) for row in cells])
-
-
-# --------------------------------------------------------------------------- a whole test set
+# --------------------------------------------------------------------------- a whole split
 
 
 @dataclass
@@ -218,7 +161,7 @@ class CorpusEvaluation:
     scores: Scores
     sources: list[str]
     references: list[str]
-    translations: list[Any]  # attnmt.translator.Translation, in corpus order
+    translations: list[Translation]  # in corpus order
 
     @property
     def hypotheses(self) -> list[str]:
@@ -238,8 +181,8 @@ class CorpusEvaluation:
 
 
 def evaluate_corpus(
-    translator,
-    corpus,
+    translator: Translator,
+    corpus: ParallelCorpus,
     split: str = "test",
     beam: int = 1,
     batch_size: int | None = None,
@@ -247,17 +190,179 @@ def evaluate_corpus(
     return_attention: bool = False,
     progress: bool = False,
 ) -> CorpusEvaluation:
-    """Perplexity (teacher forced) and BLEU/chrF (decoded with ``beam``) of ``translator`` on ``corpus``.
-
-    translator: an attnmt.translator.Translator; corpus: an attnmt.data.ParallelCorpus (never cut).
-    """
-    from attnmt.data import batches_for_inference
-
-    src_ids = translator.tokenizers.src.encode_many(corpus.src)
-    tgt_ids = translator.tokenizers.tgt.encode_many(corpus.tgt)
-    scored = perplexity(translator.model, batches_for_inference(src_ids, max_tokens=max_tokens, tgt_ids=tgt_ids))
+    """Perplexity (teacher forced) and BLEU/chrF (decoded with ``beam``) of ``translator`` on ``corpus``."""
+    scored = corpus_perplexity(translator, corpus, max_tokens)
     translations = translator.translate(
         corpus.src, beam=beam, batch_size=batch_size, return_attention=return_attention, progress=progress
     )
     scores = corpus_scores([t.output for t in translations], corpus.tgt)
     return CorpusEvaluation(split, beam, scored, scores, list(corpus.src), list(corpus.tgt), translations)
+
+
+def _check_beam(beam: Any, what: str = "beam") -> None:
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise ConfigError(f"{what} must be an integer >= 1, got {beam!r}")
+
+
+def _load_split(translator: Translator, split: str) -> tuple[str, ParallelCorpus]:
+    data = translator.run_config.data
+    return data.canonical_split(split), load_split(data, split)
+
+
+@dataclass
+class RunEvaluation:
+    """What ``evaluate_run`` computed and wrote."""
+
+    report: dict[str, Any]  # the eval json: run, checkpoint, split, beam, perplexity, bleu, chrf, ...
+    result: CorpusEvaluation
+    translator: Translator
+    json_path: Path
+    hyps_path: Path
+
+
+def evaluate_run(
+    run: str | Path,
+    split: str = "test",
+    beam: int | None = None,
+    checkpoint: str = "best",
+    batch_size: int | None = None,
+    return_attention: bool = False,
+    progress: bool = False,
+    precision: str | None = None,
+) -> RunEvaluation:
+    """Score a run folder (or checkpoint file) on ``split``; write its hyps and eval json (names in
+    ``attnmt.runs``). ``beam`` / ``precision`` None = the run's ``search`` section."""
+    if beam is not None:
+        _check_beam(beam)
+    path = checkpoint_path(run, checkpoint)
+    run_dir = path.parent
+    translator = Translator.load(path, precision=precision)
+    name, corpus = _load_split(translator, split)
+    beam = translator.search.beam if beam is None else beam
+    result = evaluate_corpus(
+        translator, corpus, split=name, beam=beam, batch_size=batch_size,
+        max_tokens=translator.run_config.data.max_tokens, return_attention=return_attention, progress=progress,
+    )
+    hyps_file = write_text_atomic(hyps_path(run_dir, name, beam, translator.precision),
+                                  "".join(h + "\n" for h in result.hypotheses))
+    report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict(), "precision": translator.precision,
+              "step": translator.step}
+    json_file = write_text_atomic(eval_json_path(run_dir, name, beam, translator.precision),
+                                  json.dumps(report, indent=2) + "\n")
+    return RunEvaluation(report, result, translator, json_file, hyps_file)
+
+
+# --------------------------------------------------------------------------- beam sizes
+
+
+@dataclass
+class BeamResult:
+    """Scores of one beam size on a corpus. Lengths are whitespace-separated words."""
+
+    beam: int
+    bleu: float
+    chrf: float
+    bleu_lowercase: float
+    average_length: float  # mean output length
+    length_ratio: float  # total output words / total reference words
+    seconds: float  # decoding time (translation only, not the scoring)
+    num_sentences: int
+    hypotheses: list[str] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values.pop("hypotheses")
+        return values
+
+
+def compare_beam_sizes(
+    translator: Translator,
+    corpus: ParallelCorpus,
+    beams: Sequence[int],
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> list[BeamResult]:
+    """Decode ``corpus.src`` with each beam size (1 = greedy) and score against ``corpus.tgt``.
+
+    ``seconds`` is the wall-clock time of ``translator.translate`` alone.
+    """
+    beams = list(beams)
+    if not beams or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in beams):
+        raise ConfigError(f"beam sizes must be integers >= 1, got {beams!r}")
+    reference_words = sum(len(reference.split()) for reference in corpus.tgt)
+    results = []
+    for beam in beams:
+        started = time.perf_counter()
+        translations = translator.translate(corpus.src, beam=beam, batch_size=batch_size, progress=progress)
+        seconds = time.perf_counter() - started
+        outputs = [t.output for t in translations]
+        scores = corpus_scores(outputs, corpus.tgt)
+        words = sum(len(output.split()) for output in outputs)
+        results.append(BeamResult(
+            beam=beam, bleu=scores.bleu, chrf=scores.chrf, bleu_lowercase=scores.bleu_lowercase,
+            average_length=words / max(len(outputs), 1), length_ratio=words / max(reference_words, 1),
+            seconds=seconds, num_sentences=len(outputs), hypotheses=outputs,
+        ))
+    return results
+
+
+BEAM_HEADERS = ["beam", "BLEU", "chrF", "avg length", "length ratio", "seconds", "sentences/s"]
+
+
+def beam_table(results: Sequence[BeamResult]) -> str:
+    """The Markdown table of ``compare_beam_sizes``'s results."""
+    rows = [
+        [r.beam, r.bleu, r.chrf, r.average_length, r.length_ratio, r.seconds, r.num_sentences / max(r.seconds, 1e-9)]
+        for r in results
+    ]
+    return format_table(BEAM_HEADERS, rows)
+
+
+@dataclass
+class BeamEvaluation:
+    """What ``evaluate_beam_sizes`` computed and wrote."""
+
+    header: str  # one line: run, checkpoint, split, length penalty, perplexity
+    table: str
+    report: dict[str, Any]
+    json_path: Path
+    markdown_path: Path
+
+
+def evaluate_beam_sizes(
+    run: str | Path,
+    beams: Sequence[int],
+    split: str = "test",
+    checkpoint: str = "best",
+    batch_size: int | None = None,
+    progress: bool = False,
+    precision: str | None = None,
+) -> BeamEvaluation:
+    """Perplexity once, then BLEU, chrF, lengths and decoding time per beam size; writes the hyps
+    of every beam size and the table as ``beam-<split>.json`` and ``.md``."""
+    path = checkpoint_path(run, checkpoint)
+    run_dir = path.parent
+    translator = Translator.load(path, precision=precision)
+    name, corpus = _load_split(translator, split)
+    ppl = corpus_perplexity(translator, corpus, translator.run_config.data.max_tokens)
+    results = compare_beam_sizes(translator, corpus, beams, batch_size=batch_size, progress=progress)
+    for result in results:
+        write_text_atomic(hyps_path(run_dir, name, result.beam, translator.precision),
+                          "".join(h + "\n" for h in result.hypotheses))
+    search, step = translator.search, translator.step
+    header = (f"{run_dir} ({path.name}{f', step {step}' if step is not None else ''}), {name}: "
+              f"{len(corpus)} sentences, length penalty alpha {search.alpha:g}, perplexity {ppl.perplexity:.2f}"
+              + ("" if translator.precision == "fp32" else f", {translator.precision} search"))
+    report = {
+        "run": str(run_dir), "checkpoint": path.name, "step": step, "split": name, "num_sentences": len(corpus),
+        "alpha": search.alpha, "max_len_a": search.max_len_a, "max_len_b": search.max_len_b,
+        "perplexity": ppl.perplexity, "loss": ppl.loss, "num_tokens": ppl.num_tokens,
+        "precision": translator.precision, "results": [result.to_dict() for result in results],
+    }
+    table = beam_table(results)
+    json_path = write_text_atomic(beam_table_path(run_dir, name, translator.precision, ".json"),
+                                  json.dumps(report, indent=2) + "\n")
+    markdown = (f"# Beam sizes\n\n{header}. Lengths in words; seconds = decoding time; length ratio = output "
+                f"words / reference words.\n\n{table}\n")
+    markdown_path = write_text_atomic(beam_table_path(run_dir, name, translator.precision, ".md"), markdown)
+    return BeamEvaluation(header, table, report, json_path, markdown_path)

@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 
 from attnmt.attention.reference import scaled_dot_product_attention
 from attnmt.files import atomic_writer
+from attnmt.tables import format_table
 
 __all__ = [
     "DEFAULT_BETAS",
@@ -106,15 +107,6 @@ def _orthonormal_vectors(rng: np.random.Generator, count: int, dim: int) -> np.n
 def _values(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
     """Gaussian values v_i ~ N(0, I): [count, dim]; distinct with probability one."""
     return rng.standard_normal((count, dim))
-
-
-def _format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Right-aligned columns separated by two spaces, with a rule under the header."""
-    widths = [max(len(header), *(len(row[i]) for row in rows)) for i, header in enumerate(headers)]
-    lines = ["  ".join(header.rjust(width) for header, width in zip(headers, widths))]
-    lines.append("  ".join("-" * width for width in widths))
-    lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
 
 
 def _number(value: float) -> str:
@@ -205,7 +197,7 @@ class CopyResult:
                 self.scales, self.logit_scales, self.logit_gap, self.weight_on_target, self.error
             )
         ]
-        table = _format_table(
+        table = format_table(
             ["c", "c/√d", "logit lead", f"α_{self.target}", f"‖a − v_{self.target}‖"], rows
         )
         return f"{heading}\n{table}\n=> {self.conclusion()}"
@@ -314,7 +306,7 @@ class AverageResult:
                 self.error,
             )
         ]
-        table = _format_table(
+        table = format_table(
             ["c", "c/√d", f"α_{a}", f"α_{b}", "others", f"‖a − (v_{a}+v_{b})/2‖"], rows
         )
         return f"{heading}\n{table}\n=> {self.conclusion()}"
@@ -453,7 +445,7 @@ class NoisyResult:
                 check.ratio_formula,
             )
         ]
-        table = _format_table(
+        table = format_table(
             [
                 f"λ_{a}",
                 f"λ_{b}",
@@ -500,7 +492,7 @@ class NoisyResult:
                 stats.fraction_near_endpoint,
             )
         ]
-        table = _format_table(
+        table = format_table(
             [
                 "β",
                 f"sd log(α_{a}/α_{b})",
@@ -584,7 +576,7 @@ class MultiheadResult:
             ]
             for i, beta in enumerate(self.betas)
         ]
-        table = _format_table(
+        table = format_table(
             [
                 "β",
                 f"std α_{a} 1 head",

@@ -13,16 +13,24 @@ greedy for ``beam=1``, batched beam search otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-from attnmt.errors import CheckpointError
+from attnmt.checkpoint import load_checkpoint, load_model_state
+from attnmt.config import RunConfig, SearchConfig
+from attnmt.data import Tokenizers, batches_for_inference
+from attnmt.errors import AttnmtError, CheckpointError
+from attnmt.models import build_model
+from attnmt.precision import autocast, check_precision
+from attnmt.runs import checkpoint_path
+from attnmt.search import beam_search, greedy_search
 from attnmt.special_tokens import EOS_ID
-
-CHECKPOINT_NAMES = {"best": "best.pt", "last": "last.pt"}
 
 
 @dataclass
@@ -45,52 +53,34 @@ class Translation:
     score: float
 
 
-def checkpoint_path(run: str | Path, checkpoint: str = "best") -> Path:
-    """The checkpoint file of a run folder (``best``/``last``), or ``run`` itself when it is a file."""
-    run = Path(run)
-    if run.is_file():
-        return run
-    if not run.exists():
-        raise CheckpointError(f"{run}: no such run folder or checkpoint file")
-    if checkpoint in CHECKPOINT_NAMES:
-        path = run / CHECKPOINT_NAMES[checkpoint]
-    else:
-        path = run / checkpoint
-    if not path.is_file():
-        other = [name for name, file in CHECKPOINT_NAMES.items() if (run / file).is_file() and name != checkpoint]
-        hint = f"; this run has {' and '.join(other)} (use --checkpoint {other[0]})" if other else \
-            "; the run has no checkpoint yet"
-        raise CheckpointError(f"{path}: checkpoint not found{hint}")
-    return path
-
-
 class Translator:
-    """A model, its tokenizers and decoding defaults (from the run's ``search`` config)."""
+    """A model, its tokenizers and its search settings (``SearchConfig``: the defaults of every
+    ``translate`` call). ``run_config`` is the run's whole config when the translator was loaded
+    from a run, ``progress`` the position its checkpoint was written at (step, epoch,
+    elapsed_seconds, stop_reason; empty when unknown)."""
 
     def __init__(
         self,
         model,
-        tokenizers,
-        config: dict[str, Any] | None = None,
-        max_len_a: float | None = None,
-        max_len_b: int | None = None,
-        alpha: float | None = None,
-        checkpoint: dict[str, Any] | None = None,
-        precision: str | None = None,
+        tokenizers: Tokenizers,
+        search: SearchConfig | None = None,
+        run_config: RunConfig | None = None,
+        progress: dict[str, Any] | None = None,
     ):
-        search = dict((config or {}).get("search") or {})
         self.model = model
         self.tokenizers = tokenizers
-        self.config = config or {}
-        self.max_len_a = float(max_len_a if max_len_a is not None else search.get("max_len_a", 1.5))
-        self.max_len_b = int(max_len_b if max_len_b is not None else search.get("max_len_b", 10))
-        self.alpha = float(alpha if alpha is not None else search.get("alpha", 0.6))
-        self.default_beam = int(search.get("beam", 1))
-        self.default_batch_size = int(search.get("batch_size", 64))
-        self.precision = _check_precision(precision if precision is not None else search.get("precision", "fp32"))
-        self.checkpoint_info = {
-            key: checkpoint.get(key) for key in ("progress", "attnmt_version", "model_type")
-        } if checkpoint else {}
+        self.run_config = run_config
+        self.search = search if search is not None else (run_config.search if run_config else SearchConfig())
+        self.progress = dict(progress or {})
+
+    @property
+    def step(self) -> int | None:
+        """The training step of the checkpoint (None when unknown)."""
+        return self.progress.get("step")
+
+    @property
+    def precision(self) -> str:
+        return self.search.precision
 
     @classmethod
     def load(
@@ -98,25 +88,21 @@ class Translator:
     ) -> "Translator":
         """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly); ``precision``
         None keeps the run's ``search.precision``."""
-        import torch
-
-        from attnmt.checkpoint import load_checkpoint, load_model_state
-        from attnmt.data import Tokenizers
-        from attnmt.errors import AttnmtError
-        from attnmt.models import build_model
-
         if num_threads:
             torch.set_num_threads(num_threads)
         path = checkpoint_path(run, checkpoint)
         state = load_checkpoint(path)
         try:
+            run_config = RunConfig.from_dict(state["config"])
             tokenizers = Tokenizers.from_state_dict(state["tokenizers"])
-            model = build_model(dict(state["config"]["model"]), tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+            model = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
         except AttnmtError as error:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None
         load_model_state(model, state, path)
         model.eval()
-        return cls(model, tokenizers, config=state["config"], checkpoint=state, precision=precision)
+        search = run_config.search if precision is None else replace(
+            run_config.search, precision=check_precision(precision))
+        return cls(model, tokenizers, search, run_config, progress=state.get("progress"))
 
     def translate(
         self,
@@ -135,22 +121,18 @@ class Translator:
         batch_size: sentences decoded at once (default: the run's config).
         alpha: length penalty of beam search (default: the run's config).
         progress: show a tqdm bar (on stderr).
-        precision: "fp32" or "bf16" (matrix products under CPU bfloat16 autocast; default:
-            ``self.precision``, from the run's ``search.precision``).
+        precision: "fp32" or "bf16" (matrix products under bfloat16 autocast; default:
+            ``self.search.precision``).
         """
-        import torch
-
-        from attnmt.data import batches_for_inference
-        from attnmt.search import beam_search, greedy_search
-
         if isinstance(sentences, str):
             raise TypeError("translate: sentences must be a list of strings, not one string")
-        beam = self.default_beam if beam is None else beam
+        search = self.search
+        beam = search.beam if beam is None else beam
         if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
             raise ValueError(f"translate: beam must be an integer >= 1, got {beam!r}")
-        batch_size = batch_size or self.default_batch_size
-        alpha = self.alpha if alpha is None else alpha
-        precision = _check_precision(self.precision if precision is None else precision)
+        batch_size = batch_size or search.batch_size
+        alpha = search.alpha if alpha is None else alpha
+        precision = check_precision(search.precision if precision is None else precision)
         sentences = [str(sentence) for sentence in sentences]
         if not sentences:
             return []
@@ -161,25 +143,23 @@ class Translator:
 
         bar = None
         if progress:
-            from tqdm.auto import tqdm
-
             bar = tqdm(total=len(sentences), desc=f"translate (beam {beam})", unit="sent", leave=False)
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with torch.inference_mode(), autocast(precision):
                 for batch in batches:
                     if beam == 1:
                         hypotheses = greedy_search(
-                            self.model, batch.src, batch.src_mask, max_len_a=self.max_len_a,
-                            max_len_b=self.max_len_b, return_attention=return_attention,
+                            self.model, batch.src, batch.src_mask, max_len_a=search.max_len_a,
+                            max_len_b=search.max_len_b, return_attention=return_attention,
                         )
                     else:
                         hypotheses = [
                             n_best[0]
                             for n_best in beam_search(
                                 self.model, batch.src, batch.src_mask, beam_size=beam, alpha=alpha,
-                                max_len_a=self.max_len_a, max_len_b=self.max_len_b, n_best=1,
+                                max_len_a=search.max_len_a, max_len_b=search.max_len_b, n_best=1,
                                 return_attention=return_attention,
                             )
                         ]
@@ -207,10 +187,3 @@ class Translator:
                 bar.close()
         return results  # type: ignore[return-value]
 
-
-def _check_precision(precision: str) -> str:
-    from attnmt.config import PRECISIONS
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision

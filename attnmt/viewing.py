@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from attnmt.special_tokens import BOS_ID
 
@@ -31,14 +32,12 @@ def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -
     """Per-head cross-attention of the output ``out_ids`` (ending with EOS) given ``src_ids``
     (ending with EOS), by teacher forcing on BOS + out_ids[:-1].
 
-    Returns ``{"head 1": [T, S], ...}`` (RNN) or ``{"layer 1 / head 1": [T, S], ...}`` (Transformer),
-    T = len(out_ids), S = len(src_ids), in float64; None for a model with a single head.
+    Returns ``{"head 1": [T, S], ...}`` for one layer of attention over the source (the RNN) and
+    ``{"layer 1 / head 1": [T, S], ...}`` for several (the Transformer), T = len(out_ids),
+    S = len(src_ids), in float64; None for a model with one layer and one head.
     """
-    import torch
-
-    heads = getattr(model, "attention_heads", 1) or 1
-    model_type = getattr(model, "model_type", None)
-    if model_type != "transformer" and heads <= 1:
+    layers, heads = model.cross_attention_layers, model.attention_heads
+    if layers * heads <= 1:
         return None
     src = torch.tensor([list(src_ids)], dtype=torch.long)
     src_mask = torch.ones_like(src, dtype=torch.bool)
@@ -50,14 +49,12 @@ def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -
             _, weights = model(src, src_mask, tgt_in, return_attention="heads")
     finally:
         model.train(was_training)
-    weights = weights[0].double().numpy()
-    if weights.ndim == 4:  # [N_dec, h, T, S]
-        return {
-            f"layer {layer + 1} / head {head + 1}": weights[layer, head]
-            for layer in range(weights.shape[0])
-            for head in range(weights.shape[1])
-        }
-    return {f"head {head + 1}": weights[head] for head in range(weights.shape[0])}  # [h, T, S]
+    weights = weights[0].double().numpy()  # [L, h, T, S]
+    return {
+        (f"layer {layer + 1} / head {head + 1}" if layers > 1 else f"head {head + 1}"): weights[layer, head]
+        for layer in range(layers)
+        for head in range(heads)
+    }
 
 
 def view_examples(
@@ -82,7 +79,7 @@ def view_examples(
 
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
-    beam = translator.default_beam if beam is None else beam
+    beam = translator.search.beam if beam is None else beam
     translations = translator.translate(
         list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
     )

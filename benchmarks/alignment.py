@@ -255,7 +255,7 @@ COMBINED_DISTORTIONS = (0.0, 5.0, 10.0)
 
 def readings(layers: int, heads: int) -> list[tuple[int, int | None, bool]]:
     """Every (layer, head or None = mean, shift) to try; the default reading first, so ties keep it."""
-    from attnmt.alignment.translator import default_layer
+    from attnmt.models.common import default_layer
 
     default = (default_layer(layers), None, False)
     grid = [(layer, head, shift) for layer in range(1, layers + 1) for head in [None, *range(1, heads + 1)]
@@ -415,20 +415,20 @@ def translator_main(args) -> int:
     combined = combination_section(args, aligner, trial, test, trial_forced, test_forced, default)
 
     translator = aligner.translator
-    progress = translator.checkpoint_info.get("progress") or {}
-    training_config = translator.config.get("training") or {}
+    progress = translator.progress
+    training_config = translator.run_config.to_dict().get("training") or {}
     write_section(out, args.section, {
         "question": "AER of a trained translator's attention, read while force-decoding the gold pairs",
         "run": str(args.run),
         "checkpoint": args.checkpoint,
         "description": aligner.describe(),
-        "model": dict(translator.config.get("model") or {}),
-        "data": {key: value for key, value in (translator.config.get("data") or {}).items()
+        "model": dict(translator.run_config.to_dict().get("model") or {}),
+        "data": {key: value for key, value in (translator.run_config.to_dict().get("data") or {}).items()
                  if key in ("src_lang", "tgt_lang", "train", "valid", "vocab_size", "joint_vocab", "max_length",
                             "train_links")},
         "alignment_guide": ({key: training_config.get(key) for key in
                              ("guide_weight", "guide_layer", "guide_head", "guide_shift")}
-                            if (translator.config.get("data") or {}).get("train_links") else None),
+                            if (translator.run_config.to_dict().get("data") or {}).get("train_links") else None),
         "training": {key: (value if not isinstance(value, float) or math.isfinite(value) else None)
                      for key, value in progress.items()
                      if key in ("step", "epoch", "elapsed_seconds", "best_val_loss", "best_val_bleu", "best_step",
@@ -479,7 +479,7 @@ def combination_section(args, aligner, trial, test, trial_forced, test_forced, d
         name = f"{args.reverse_run} ({'→'.join(reverse.run_languages)})"
         translators[name] = {split_name: reverse.weights_many(split[0], split[1], progress=True)
                              for split_name, split in (("trial", trial), ("test", test))}
-        progress = reverse.translator.checkpoint_info.get("progress") or {}
+        progress = reverse.translator.progress
         combined["reverse direction alone"] = {
             "parts": [name], "description": reverse.describe(),
             "training": {key: progress.get(key) for key in ("step", "epoch", "elapsed_seconds", "stop_reason")},

@@ -83,13 +83,13 @@ def run_setup(run: str, source: str | None, sentences: int):
 
     translator = Translator.load(run)
     if source is None:
-        lang = translator.config.get("data", {}).get("src_lang", "de")
+        lang = translator.run_config.to_dict().get("data", {}).get("src_lang", "de")
         source = str(ROOT.parent / "shared" / "data" / "multi30k" / f"test_2016_flickr.{lang}.gz")
     lines = [line for line in read_lines(source) if line.strip()][:sentences]
     ids = translator.tokenizers.src.encode_many(lines)
-    config = translator.config.get("model", {})
+    config = translator.run_config.to_dict().get("model", {})
     description = f"trained run {run} ({config.get('type')}, {config.get('attention')}), {len(ids)} lines of {source}"
-    search = dict(alpha=translator.alpha, max_len_a=translator.max_len_a, max_len_b=translator.max_len_b)
+    search = dict(alpha=translator.search.alpha, max_len_a=translator.search.max_len_a, max_len_b=translator.search.max_len_b)
     return translator.model, ids, description, search
 
 

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from attnmt.cli import main as attnmt
-    from attnmt.comparison import evaluate_run
+    from attnmt.evaluation import evaluate_run
     from attnmt.models import count_parameters
 
     if args.run:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         by_beam.append(report)
     result = {
         "run": str(run),
-        "config": evaluation.translator.config,
+        "config": evaluation.translator.run_config.to_dict(),
         "parameters": count_parameters(evaluation.translator.model),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average_at_scoring": os.getloadavg()},

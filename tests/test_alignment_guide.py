@@ -1,4 +1,4 @@
-"""Guided alignment (attnmt.alignment.guide): the piece targets, the batch tensor, the loss against
+"""Guided alignment (attnmt.data.links targets, attnmt.models.losses loss): the piece targets, the batch tensor, the loss against
 a float64 reference, bad links files, config checks, and a trainer run whose attention learns links
 it would never find by itself (a reversed word order on a word-for-word task)."""
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from attnmt.alignment.translator import word_pieces
-from attnmt.alignment.guide import AlignmentGuide, guide_attention, guided_alignment_loss, piece_targets
+from attnmt.data.links import AlignmentGuide, piece_targets
+from attnmt.models.losses import guided_alignment_loss, select_attention
 from attnmt.config import TrainingConfig
 from attnmt.data import DataConfig
 from attnmt.data.corpus import read_parallel
@@ -92,13 +93,11 @@ def test_guided_loss_is_finite_on_zero_weights_and_its_gradient_is_right():
     np.testing.assert_allclose(attention.grad[0, 1].numpy(), [-0.5 / 0.25, -0.5 / 0.75], rtol=1e-6)
 
 
-def test_guide_attention_picks_layer_and_head():
-    rnn = torch.rand(2, 3, 4, 5)  # [B, h, T, S]
-    torch.testing.assert_close(guide_attention(rnn, 0, None), rnn.mean(1))
-    torch.testing.assert_close(guide_attention(rnn, 0, 2), rnn[:, 2])
-    transformer = torch.rand(2, 2, 3, 4, 5)  # [B, L, h, T, S]
-    torch.testing.assert_close(guide_attention(transformer, 1, 0), transformer[:, 1, 0])
-    torch.testing.assert_close(guide_attention(transformer, 0, None), transformer[:, 0].mean(1))
+def test_select_attention_picks_layer_and_head():
+    weights = torch.rand(2, 2, 3, 4, 5)  # [B, L, h, T, S]
+    torch.testing.assert_close(select_attention(weights, 1, 0), weights[:, 1, 0])
+    torch.testing.assert_close(select_attention(weights, 0, None), weights[:, 0].mean(1))
+    torch.testing.assert_close(select_attention(weights, 0, 2), weights[:, 0, 2])
 
 
 # ---- reading a links file --------------------------------------------------------------------------
@@ -241,7 +240,7 @@ def test_guide_needs_attention_and_a_head_the_model_has(tmp_path):
 def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(layer, head):
     from attnmt.config import RunConfig
     from attnmt.data import make_batches
-    from attnmt.evaluation import token_losses
+    from attnmt.models.losses import token_losses
     from attnmt.models import build_model
     from attnmt.training import GuideBatch, backward_on_batch
 
@@ -275,9 +274,13 @@ def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(laye
 def test_guided_reading_comes_from_the_run_config():
     from attnmt.alignment.translator import guided_reading
 
-    assert guided_reading({"data": {"train_links": None}, "training": {"guide_head": 2}}) is None
-    assert guided_reading({}) is None
-    config = {"data": {"train_links": "a.links"}, "training": {"guide_layer": -1, "guide_head": 2, "guide_shift": True}}
+    from attnmt.config import RunConfig
+
+    def run_config(train_links, **training):
+        return RunConfig.from_dict({"data": {"train": ["a", "b"], "train_links": train_links}, "training": training})
+
+    assert guided_reading(run_config(None, guide_head=2)) is None
+    assert guided_reading(None) is None
+    config = run_config("a.links", guide_layer=-1, guide_head=2, guide_shift=True)
     assert guided_reading(config) == {"layer": -1, "head": 2, "shift": True}
-    assert guided_reading({"data": {"train_links": "a.links"}, "training": {}}) == \
-        {"layer": None, "head": "mean", "shift": False}
+    assert guided_reading(run_config("a.links")) == {"layer": None, "head": "mean", "shift": False}

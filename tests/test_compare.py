@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import attnmt.training
+import attnmt.training.trainer
 from attnmt.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.comparison import Statistics, compare_mechanisms, eval_json_path, run_folder
@@ -127,7 +127,7 @@ def test_an_interrupted_comparison_continues_where_it_stopped(finished, config_p
             raise KeyboardInterrupt
         return original_backward(*args, **kwargs)
 
-    monkeypatch.setattr(attnmt.training, "backward_on_batch", interrupting_backward)
+    monkeypatch.setattr(attnmt.training.trainer, "backward_on_batch", interrupting_backward)
     with pytest.raises(KeyboardInterrupt):
         compare(config_path, out)
     monkeypatch.setattr(attnmt.training, "backward_on_batch", original_backward)

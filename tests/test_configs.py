@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda path: path.name)
 def test_every_recipe_loads_and_validates(path):
     config = load_config(path)
-    assert config.model["type"] in ("rnn", "transformer")
+    assert config.model.type in ("rnn", "transformer")
     assert config.training.max_minutes is None or config.training.max_minutes > 0
 
 

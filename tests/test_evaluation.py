@@ -1,4 +1,4 @@
-"""Metrics (token losses, perplexity, BLEU, chrF, tables) and the Translator."""
+"""Metrics (token losses, perplexity, BLEU, chrF), the table formatter, and the Translator."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmt.evaluation import (
-    corpus_scores,
-    bleu,
-    format_mean_std,
-    format_table,
-    mean_and_std,
-    perplexity,
-    perplexity_from_sums,
-    token_losses,
-)
+from attnmt.config import SearchConfig
+from attnmt.evaluation import bleu, corpus_scores, perplexity, perplexity_from_sums
+from attnmt.models.losses import token_losses
+from attnmt.tables import format_table
 
 
 
@@ -133,10 +127,6 @@ def test_bleu_rejects_mismatched_inputs():
 
 
 def test_tables():
-    assert mean_and_std([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2)))
-    assert mean_and_std([4.0]) == (4.0, 0.0)
-    assert format_mean_std([1.0, 3.0]) == "2.00 ± 1.41"
-    assert format_mean_std([]) == "–"
     table = format_table(["attention", "BLEU"], [["none", 20.123], ["scaled_dot", 35.5]])
     lines = table.splitlines()
     assert lines[0] == "| attention  |  BLEU |"
@@ -153,7 +143,7 @@ def test_translator_keeps_order_and_returns_attention():
     from attnmt.translator import Translator
 
     model, tokenizers, src, _ = _tiny_model_and_tokenizers()
-    translator = Translator(model, tokenizers, config={"search": {"max_len_a": 1.0, "max_len_b": 3}})
+    translator = Translator(model, tokenizers, SearchConfig(max_len_a=1.0, max_len_b=3))
     sentences = src + [""]
     batched = translator.translate(sentences, batch_size=3, return_attention=True)
     alone = [translator.translate([s], batch_size=1)[0] for s in sentences]

@@ -326,9 +326,10 @@ def test_multihead_exposes_weights_per_head(flow):
     src, mask, tgt_in = make_batch()
     _, averaged = model(src, mask, tgt_in, return_attention=True)
     _, per_head = model(src, mask, tgt_in, return_attention="heads")
-    assert per_head.shape == (3, 3, 5, 6)
-    torch.testing.assert_close(per_head.mean(dim=1), averaged)
-    torch.testing.assert_close(per_head.sum(-1), torch.ones(3, 3, 5))
+    assert per_head.shape == (3, 1, 3, 5, 6)  # [B, L = 1, h, T, S]: the contract's shape
+    assert model.cross_attention_layers == 1
+    torch.testing.assert_close(per_head[:, 0].mean(dim=1), averaged)
+    torch.testing.assert_close(per_head.sum(-1), torch.ones(3, 1, 3, 5))
 
 
 def test_single_head_mechanism_gives_one_head():
@@ -337,7 +338,7 @@ def test_single_head_mechanism_gives_one_head():
     _, averaged = model(src, mask, tgt_in, return_attention=True)
     _, per_head = model(src, mask, tgt_in, return_attention="heads")
     assert model.attention_heads == 1
-    torch.testing.assert_close(per_head, averaged.unsqueeze(1))
+    torch.testing.assert_close(per_head, averaged[:, None, None])
     with pytest.raises(ValueError, match="return_attention"):
         model(src, mask, tgt_in, return_attention="all")
 

@@ -20,7 +20,8 @@ from attnmt.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.config import RunConfig, TrainingConfig, load_config
 from attnmt.errors import CheckpointError, ConfigError, DataError
-from attnmt.training import Trainer, backward_on_batch, config_differences, training_threads
+from attnmt.runs import config_differences
+from attnmt.training import PlateauTracker, Trainer, backward_on_batch, training_threads
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -195,7 +196,7 @@ def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_
 
 def test_trainer_trains_in_the_configured_precision(tmp_path, monkeypatch):
     """`training.precision` reaches every training step, and bf16 really changes the numbers."""
-    import attnmt.training as training_module
+    import attnmt.training.trainer as training_module
 
     seen = []
     original = training_module.backward_on_batch
@@ -296,9 +297,9 @@ def test_cli_overrides(tmp_path):
     path = save_yaml(tmp_path, tiny_config(tmp_path))
     cfg = load_config(path, {"attention": "bahdanau", "seed": 7, "max_steps": 3, "max_epochs": None},
                       ["training.lr=5e-4", "model.hidden_dim=24"])
-    assert cfg.model["attention"] == "additive"  # normalised by the model's config
+    assert cfg.model.attention == "additive"  # normalised by the model's config
     assert (cfg.training.seed, cfg.training.max_steps, cfg.training.lr) == (7, 3, 5e-4)
-    assert cfg.training.max_epochs == 2 and cfg.model["hidden_dim"] == 24
+    assert cfg.training.max_epochs == 2 and cfg.model.hidden_dim == 24
     with pytest.raises(ConfigError, match="SECTION.KEY=VALUE"):
         load_config(path, set_options=["lr=1"])
 
@@ -349,7 +350,11 @@ def test_learning_rate_schedule():
     assert [warmup.lr(s) for s in (5, 10, 1000)] == pytest.approx([5e-4, 1e-3, 1e-3])
 
     plateau = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, lr_decay=0.5, lr_patience=1, min_lr=3e-4))
-    decays = [plateau.on_validation(loss) for loss in (2.0, 1.5, 1.6, 1.7, 1.5, 1.5, 1.5, 1.5)]
+    tracker = PlateauTracker()
+    decays = []
+    for step, loss in enumerate((2.0, 1.5, 1.6, 1.7, 1.5, 1.5, 1.5, 1.5)):
+        tracker.update(loss, step, step, None, at_epoch_end=True)
+        decays.append(plateau.on_plateau(tracker.stale))
     assert decays == [False, False, False, True, False, True, False, False]  # the floor stops the third
     assert plateau.lr(50) == pytest.approx(3e-4)
     restored = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3))
@@ -357,6 +362,18 @@ def test_learning_rate_schedule():
     assert restored.lr(50) == pytest.approx(3e-4) and restored.state_dict() == plateau.state_dict()
     with pytest.raises(ConfigError, match="warmup_steps"):
         TrainingConfig(lr_schedule="inverse_sqrt")
+
+
+def test_plateau_tracker_has_one_rule_for_best_patience_and_decay():
+    tracker = PlateauTracker()
+    assert tracker.update(2.0, step=10, epoch=1, bleu=5.0, at_epoch_end=True)
+    assert not tracker.update(2.0, step=20, epoch=2, bleu=6.0, at_epoch_end=True)  # equal is no improvement
+    assert (tracker.best_loss, tracker.best_step, tracker.best_bleu, tracker.stale) == (2.0, 10, 5.0, 1)
+    assert not tracker.update(2.5, step=25, epoch=3, bleu=None, at_epoch_end=False)  # mid-epoch: no patience used
+    assert tracker.stale == 1
+    assert tracker.update(1.9, step=30, epoch=3, bleu=7.0, at_epoch_end=False)  # but it can improve
+    assert (tracker.best_loss, tracker.best_step, tracker.stale) == (1.9, 30, 0)
+    assert PlateauTracker.from_state_dict(tracker.state_dict()) == tracker
 
 
 def test_config_differences_lists_dotted_keys():

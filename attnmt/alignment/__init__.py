@@ -2,14 +2,17 @@
 
 - ``vectors``: :class:`WordVectors`, fastText ``.vec`` and seed-format loading, tokenization.
 - ``embed``: English and French vectors in one space from a parallel corpus (co-occurrence + SVD).
-- ``weights``: vector attention, ``softmax(Q Kᵀ · scale)`` of target over source words (seed 000).
+- ``weights``: vector attention, ``softmax(Q Kᵀ · scale)`` of target over source words .
 - ``links``: argmax in both directions, intersect/union, grow-diag(-final), itermax, one-to-one
   matching; :func:`align_corpus` for any weight function (vectors or translators).
 - ``translator``: :class:`TranslatorAligner`, a trained translator's attention while it
   force-decodes the given target, pieces merged to words (any model; a Transformer layer/head).
 - ``combine``: :class:`CombinedAligner`, several weight sources made to agree (weighted
   geometric mean): both translation directions, or a translator and vector attention.
-- ``metrics``: alignment error rate, precision, recall, F1; NAACL and Pharaoh gold readers.
+- ``metrics``: alignment error rate, precision, recall, F1; gold files in either format.
+
+The link files themselves (Pharaoh, NAACL; reading, writing, range checks) are data:
+``attnmt.data.links``, re-exported here.
 
 Every public name is importable from ``attnmt.alignment``; submodules load on first use, so the
 command line can read the choice lists in ``attnmt.alignment.names`` without loading NumPy.
@@ -33,7 +36,7 @@ _SUBMODULE_OF = {
     "translator_vector_shares": "combine",
     "align_corpus": "links",
     "extract_links": "links",
-    "format_pharaoh": "links",
+    "format_pharaoh": "attnmt.data.links",
     "grow_diag_links": "links",
     "intersect_links": "links",
     "itermax_links": "links",
@@ -41,13 +44,13 @@ _SUBMODULE_OF = {
     "src2tgt_links": "links",
     "tgt2src_links": "links",
     "union_links": "links",
-    "GoldAlignment": "metrics",
+    "GoldAlignment": "attnmt.data.links",
     "alignment_error_rate": "metrics",
-    "check_link_range": "metrics",
+    "check_link_range": "attnmt.data.links",
     "read_gold": "metrics",
-    "read_naacl_alignments": "metrics",
-    "read_pharaoh_alignments": "metrics",
-    "write_pharaoh": "metrics",
+    "read_naacl_alignments": "attnmt.data.links",
+    "read_pharaoh_alignments": "attnmt.data.links",
+    "write_pharaoh": "attnmt.data.links",
     "WordVectors": "vectors",
     "load_seed_vectors": "vectors",
     "load_vec": "vectors",
@@ -74,7 +77,8 @@ def __getattr__(name: str) -> Any:
     submodule = _SUBMODULE_OF.get(name)
     if submodule is None:
         raise AttributeError(f"module 'attnmt.alignment' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"attnmt.alignment.{submodule}"), name)
+    module = submodule if "." in submodule else f"attnmt.alignment.{submodule}"
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -37,7 +37,6 @@ __all__ = [
     "Links",
     "align_corpus",
     "extract_links",
-    "format_pharaoh",
     "grow_diag_links",
     "intersect_links",
     "itermax_links",
@@ -229,8 +228,3 @@ def align_corpus(
     return alignments
 
 
-def format_pharaoh(links: Iterable[tuple[int, int]], possible: Iterable[tuple[int, int]] = ()) -> str:
-    """One Pharaoh line: ``i-j`` per link (0-based, source first), sorted; ``ipj`` for possible-only links."""
-    sure = set(links)
-    items = [(i, j, "-") for i, j in sure] + [(i, j, "p") for i, j in set(possible) - sure]
-    return " ".join(f"{i}{mark}{j}" for i, j, mark in sorted(items))

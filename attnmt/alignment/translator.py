@@ -61,19 +61,16 @@ from typing import Any
 import numpy as np
 
 from attnmt.errors import ConfigError
+from attnmt.models.common import default_layer, resolve_position
 from attnmt.special_tokens import UNK_ID
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "ForcedAttention",
     "TranslatorAligner",
-    "cross_attention_layers",
-    "default_layer",
     "guided_reading",
-    "layers_and_heads",
     "merge_spans",
     "piece_to_word_weights",
-    "resolve_position",
     "word_pieces",
 ]
 
@@ -160,56 +157,18 @@ def piece_to_word_weights(
 # --------------------------------------------------------------------------- layers and heads
 
 
-def cross_attention_layers(model) -> int:
-    """How many layers of attention over the source the model has (Transformer: N_dec; RNN: 1)."""
-    if getattr(model, "model_type", None) == "transformer":
-        return int(model.config.decoder_layers)
-    return 1
-
-
-def guided_reading(run_config: dict | None) -> dict[str, Any] | None:
+def guided_reading(run_config) -> dict[str, Any] | None:
     """The reading a run's attention was trained to align with, or None for a run without a guide.
 
     ``{"layer": int | None, "head": int | "mean", "shift": bool}`` from ``training.guide_layer``,
-    ``guide_head`` (None there = the mean) and ``guide_shift`` of a run trained with ``data.train_links``.
+    ``guide_head`` (None there = the mean) and ``guide_shift`` of a run (an ``attnmt.config.RunConfig``)
+    trained with ``data.train_links``.
     """
-    run_config = run_config or {}
-    if not (run_config.get("data") or {}).get("train_links"):
+    if run_config is None or not run_config.data.train_links:
         return None
-    training = run_config.get("training") or {}
-    head = training.get("guide_head")
-    return {"layer": training.get("guide_layer"), "head": "mean" if head is None else head,
-            "shift": bool(training.get("guide_shift", False))}
-
-
-def layers_and_heads(weights):
-    """A model's ``return_attention="heads"`` weights as [B, L, h, T, S]: single-layer models (the
-    RNN) give [B, h, T, S], which gets L = 1; a Transformer's [B, L, h, T, S] is returned as it is."""
-    return weights.unsqueeze(1) if weights.dim() == 4 else weights
-
-
-def default_layer(layers: int) -> int:
-    """The layer read by default, numbered from 1: the penultimate one (the only one when ``layers`` is 1)."""
-    return max(1, layers - 1)
-
-
-def resolve_position(value: int, count: int, what: str) -> int:
-    """A 1-based layer or head number, or a negative one counting from the end, as a 0-based index.
-
-    ConfigError naming ``count`` when it is out of range (``what`` is e.g. "decoder layer").
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"the {what} must be an integer, got {value!r}")
-    value = int(value)
-    if 1 <= value <= count:
-        return value - 1
-    if -count <= value <= -1:
-        return count + value
-    plural = what if count == 1 else f"{what}s"
-    raise ConfigError(
-        f"{what} {value} is out of range: the model has {count} {plural} with attention over the source "
-        f"(give 1..{count}, or -1 for the last)"
-    )
+    training = run_config.training
+    head = training.guide_head
+    return {"layer": training.guide_layer, "head": "mean" if head is None else head, "shift": training.guide_shift}
 
 
 # --------------------------------------------------------------------------- one pair
@@ -311,9 +270,8 @@ class TranslatorAligner:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"TranslatorAligner: max_tokens must be a positive integer, got {max_tokens!r}")
         model = self.translator.model
-        self.layers = cross_attention_layers(model)
-        self.heads = int(getattr(model, "attention_heads", 1) or 1)
-        guided = guided_reading(self.translator.config)
+        self.layers, self.heads = model.cross_attention_layers, model.attention_heads
+        guided = guided_reading(self.translator.run_config)
         if guided is not None:
             layer = guided["layer"] if layer is None else layer
             head = guided["head"] if head is None else head
@@ -480,7 +438,7 @@ class TranslatorAligner:
             for batch in batches:
                 with torch.inference_mode():
                     _, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
-                weights = layers_and_heads(weights).float().cpu().numpy()
+                weights = weights.float().cpu().numpy()  # [B, L, h, T, S]
                 for row, position in enumerate(batch.indices):
                     n, m = len(tgt_ids[position]), len(src_ids[position])
                     yield live[position], ForcedAttention(

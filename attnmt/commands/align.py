@@ -143,7 +143,7 @@ def _translator_aligner(args: argparse.Namespace, run: str):
         translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=args.shift,
         max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
     )
-    step = (translator.checkpoint_info.get("progress") or {}).get("step")
+    step = translator.step
     print(f"translator attention: {run}{f' (step {step})' if step is not None else ''}: {aligner.describe()}")
     return aligner
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.config import PRECISIONS
+from attnmt.precision import PRECISIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _single(args: argparse.Namespace, beam: int | None) -> int:
-    from attnmt.comparison import evaluate_run
+    from attnmt.evaluation import evaluate_run
     from attnmt.plotting import plot_attention
 
     evaluation = evaluate_run(
@@ -102,46 +102,13 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
 
 
 def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
-    import json
+    from attnmt.evaluation import evaluate_beam_sizes
 
-    from attnmt.comparison import beam_table, compare_beam_sizes, hyps_path, precision_suffix, resolve_split
-    from attnmt.config import RunConfig
-    from attnmt.data import batches_for_inference
-    from attnmt.files import write_bytes_atomic
-    from attnmt.evaluation import perplexity
-    from attnmt.translator import Translator, checkpoint_path
-
-    path = checkpoint_path(args.run_dir, args.checkpoint)
-    run_dir = path.parent
-    translator = Translator.load(path, precision=args.precision)
-    config = RunConfig.from_dict(translator.config, check_model=False)
-    split, corpus = resolve_split(config.data, args.split)
-    src_ids = translator.tokenizers.src.encode_many(corpus.src)
-    tgt_ids = translator.tokenizers.tgt.encode_many(corpus.tgt)
-    ppl = perplexity(translator.model, batches_for_inference(src_ids, max_tokens=config.data.max_tokens,
-                                                             tgt_ids=tgt_ids))
-    results = compare_beam_sizes(translator, corpus, beams, batch_size=args.batch_size, progress=not args.no_progress)
-    for result in results:
-        write_bytes_atomic(hyps_path(run_dir, split, result.beam, translator.precision),
-                           "".join(h + "\n" for h in result.hypotheses).encode("utf-8"))
-
-    step = (translator.checkpoint_info.get("progress") or {}).get("step")
-    table = beam_table(results)
-    header = (f"{run_dir} ({path.name}{f', step {step}' if step is not None else ''}), {split}: "
-              f"{len(corpus)} sentences, length penalty alpha {translator.alpha:g}, "
-              f"perplexity {ppl.perplexity:.2f}" + ("" if translator.precision == "fp32" else f", {translator.precision} search"))
-    report = {
-        "run": str(run_dir), "checkpoint": path.name, "step": step, "split": split, "num_sentences": len(corpus),
-        "alpha": translator.alpha, "max_len_a": translator.max_len_a, "max_len_b": translator.max_len_b,
-        "perplexity": ppl.perplexity, "loss": ppl.loss, "num_tokens": ppl.num_tokens,
-        "precision": translator.precision, "results": [result.to_dict() for result in results],
-    }
-    name = f"beam-{split}" + precision_suffix(translator.precision)
-    json_path = write_bytes_atomic(run_dir / f"{name}.json", (json.dumps(report, indent=2) + "\n").encode("utf-8"))
-    markdown = (f"# Beam sizes\n\n{header}. Lengths in words; seconds = decoding time; length ratio = output "
-                f"words / reference words.\n\n{table}\n")
-    md_path = write_bytes_atomic(run_dir / f"{name}.md", markdown.encode("utf-8"))
-    print(header)
-    print(table)
-    print(f"\nwrote {json_path}, {md_path} and the hyps files")
+    evaluation = evaluate_beam_sizes(
+        args.run_dir, beams, split=args.split, checkpoint=args.checkpoint, batch_size=args.batch_size,
+        progress=not args.no_progress, precision=args.precision,
+    )
+    print(evaluation.header)
+    print(evaluation.table)
+    print(f"\nwrote {evaluation.json_path}, {evaluation.markdown_path} and the hyps files")
     return 0

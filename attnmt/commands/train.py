@@ -35,16 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _default_out(config, config_path: Path | None) -> Path:
     name = config_path.stem if config_path is not None else "run"
-    attention = str(config.model.get("attention", config.model.get("type", "model")))
+    attention = config.attention or config.model.type
     return Path("runs") / f"{name}-{attention}-seed{config.training.seed}"
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
+    import torch.distributed as dist
 
-    from attnmt.config import RunConfig, apply_overrides, load_config, yaml_load
+    from attnmt.config import RunConfig, apply_overrides, load_config
     from attnmt.errors import ConfigError
-    from attnmt.training import CONFIG_FILE, LAST, resolve_resume_config, train
+    from attnmt.runs import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
+    from attnmt.training import train
 
     overrides = {
         "attention": args.attention,
@@ -62,11 +63,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or _default_out(requested, args.config)
 
     saved_path = out / CONFIG_FILE
-    if args.resume and saved_path.is_file():
-        try:
-            saved = yaml_load(saved_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as error:
-            raise ConfigError(f"{saved_path}: cannot read the run's config ({error})") from None
+    saved = read_saved_config(out) if args.resume else None
+    if saved is not None:
         if requested is None:
             try:
                 requested = RunConfig.from_dict(apply_overrides(saved, overrides, args.set))
@@ -77,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out}: no run to resume there ({saved_path} is missing); give --config to start one")
     else:
         config = requested
-
-    import torch.distributed as dist
 
     try:
         result = train(config, out, resume=args.resume, show_progress=not args.no_progress)

@@ -36,11 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.comparison import resolve_split
-    from attnmt.config import RunConfig
+    from attnmt.data import load_split
     from attnmt.errors import ConfigError
     from attnmt.plotting import write_attention_viewer
-    from attnmt.translator import Translator, checkpoint_path
+    from attnmt.runs import checkpoint_path
+    from attnmt.translator import Translator
     from attnmt.viewing import view_examples
 
     if args.beam is not None and args.beam < 1:
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
     translator = Translator.load(path)
-    config = RunConfig.from_dict(translator.config, check_model=False)
-    split, corpus = resolve_split(config.data, args.split)
-    beam = translator.default_beam if args.beam is None else args.beam
+    config = translator.run_config
+    split, corpus = config.data.canonical_split(args.split), load_split(config.data, args.split)
+    beam = translator.search.beam if args.beam is None else args.beam
     out = args.out or run_dir / f"view-{split}.html"
     if out.exists() and not args.overwrite:
         raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
@@ -62,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
         translator, corpus.src[:count], corpus.tgt[:count], beam=beam, merge_pieces=not args.pieces,
         batch_size=args.batch_size, progress=not args.no_progress,
     )
-    model = config.model
-    title = (f"{run_dir.name}: {model.get('type')} {model.get('attention', '')}".rstrip()
+    title = (f"{run_dir.name}: {config.model.type} {config.attention or ''}".rstrip()
              + f", {split}, {'greedy search' if beam == 1 else f'beam {beam}'}")
     write_attention_viewer(examples, out, title=title, overwrite=True)
     heads = len(examples[0].get("heads", {})) if examples else 0

@@ -24,7 +24,7 @@ never cut; null keeps all) and ``max_tokens`` (4096; a batch holds at most B · 
 tokens, see ``batching``). ``train_links`` (null) names a file of word links for the training
 pairs (Pharaoh ``i-j``, 0-based, source first, one line per line of the ``train`` files; e.g.
 written by ``attnmt align``): with it, training guides the attention towards them
-(``attnmt.alignment.guide``; weight and reading in the ``training:`` section).
+(``attnmt.data.links``; weight and reading in the ``training:`` section).
 
 **Relative paths** (files and ``data_dir``) are resolved against ``base_dir``: the folder of the
 config file when the caller passes it to ``from_dict`` (the trainer does), else the current
@@ -172,6 +172,15 @@ class DataConfig:
             return path
         return Path(self.base_dir or Path.cwd()) / path
 
+    def canonical_split(self, split_name: str) -> str:
+        """The name a split is known by: for Multi30k "valid" is val and "test" test_2016_flickr;
+        with named test sets, "test" is the first of them. Other names are returned as they are."""
+        if self.dataset == "multi30k":
+            return MULTI30K_SPLIT_ALIASES.get(split_name, split_name)
+        if split_name == "test" and self.test and "test" not in self.test:
+            return next(iter(self.test))
+        return split_name
+
     def split_names(self) -> list[str]:
         """Names ``load_split`` accepts: "train", "valid", then the test sets."""
         return ["train", "valid"] + self.test_names()
@@ -189,8 +198,8 @@ def load_split(cfg: DataConfig, split_name: str, download: bool = True) -> Paral
     Never cuts long pairs (``cfg.max_length`` counts subword tokens; apply it after encoding with
     ``Tokenizers.encode_corpus``). Raises ConfigError for a split the config does not have.
     """
+    split = cfg.canonical_split(split_name)
     if cfg.dataset == "multi30k":
-        split = MULTI30K_SPLIT_ALIASES.get(split_name, split_name)
         if split != "train" and split != "val" and split not in cfg.test_names():
             raise ConfigError(
                 f"data: no split {split_name!r} for Multi30k {cfg.src_lang}-{cfg.tgt_lang}; "
@@ -199,14 +208,12 @@ def load_split(cfg: DataConfig, split_name: str, download: bool = True) -> Paral
         data_dir = cfg.resolve(cfg.data_dir) if cfg.data_dir is not None else None
         return load_multi30k(split, cfg.src_lang, cfg.tgt_lang, data_dir=data_dir, download=download)
 
-    if split_name == "train":
+    if split == "train":
         pair = cfg.train
-    elif split_name == "valid":
+    elif split == "valid":
         pair = cfg.valid
-    elif split_name == "test" and cfg.test and "test" not in cfg.test:
-        pair = next(iter(cfg.test.values()))
     else:
-        pair = cfg.test.get(split_name)
+        pair = cfg.test.get(split)
     if pair is None:
         available = ["train"] + (["valid"] if cfg.valid else []) + list(cfg.test)
         raise ConfigError(f"data: no split {split_name!r} in the config; available: {', '.join(available)}")

@@ -1,83 +1,70 @@
-"""attnmt.models: the translators. ``build_model`` makes one from the ``model:`` section of a config.
+"""attnmt.models: the translators, and the contract every one of them keeps.
 
-Every model implements one contract, which training, evaluation, search and the viewers rely on
-(B sentences, S source and T target positions, V target vocabulary; N rows in search)::
+B sentences, S source and T target positions, V the target vocabulary, N rows in search,
+L layers and h heads of attention over the source::
 
     logits, attention = model(src [B, S], src_mask [B, S], tgt_in [B, T], return_attention=False, tgt_mask=None)
-        teacher forcing; logits [B, T, V], or [N, V] at the N True positions of tgt_mask [B, T]
+        teacher forcing; logits [B, T, V], or [N, V] at the N True positions of tgt_mask [B, T];
+        return_attention=True gives [B, T, S] (the weights search returns), "heads" gives the
+        cross-attention of every layer and head in one shape for every model: [B, L, h, T, S]
+    model.cross_attention_layers (L), model.attention_heads (h)
     encoded = model.encode(src, src_mask)               .index_select(index) -> same type
     state = model.init_decoder_state(encoded)           .index_select(index) -> same type
     log_probs [N, V], weights [N, S], state = model.decode_step(prev_tokens [N], state, encoded, step)
 
-Masks are bool with True = a real token; token ids 0, 1, 2, 3 are PAD, UNK, BOS, EOS. A model
-also keeps ``model.config`` (its config dataclass) and ``model.model_type``.
+Masks are bool with True = a real token; token ids are those of ``attnmt.special_tokens``. A model
+keeps ``model.config``, its config dataclass (``RNNConfig`` or ``TransformerConfig``: the ``model:``
+section of a run config, chosen by its ``type``).
 
-Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass
-(``from_dict`` / ``to_dict``, ConfigError on bad input) and a module-level
-``build(model_config: dict, src_vocab_size: int, tgt_vocab_size: int) -> nn.Module``, then name
-the module in ``MODEL_MODULES`` below. Modules are imported only when their type is asked for.
+Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass (``from_dict`` /
+``to_dict``, ConfigError on bad input, a ``type`` in ``to_dict``) and an ``nn.Module`` taking
+``(config, src_vocab_size, tgt_vocab_size)``, then name both in ``MODEL_TYPES`` below.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Any, Union
 
 from attnmt.errors import ConfigError
+from attnmt.models.common import check_target_mask, count_parameters, log_probabilities
+from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
+from attnmt.models.transformer import Transformer, TransformerConfig
 
-__all__ = ["MODEL_MODULES", "build_model", "check_target_mask", "count_parameters", "log_probabilities"]
+__all__ = [
+    "MODEL_TYPES", "ModelConfig", "RNNConfig", "TransformerConfig", "build_model", "check_target_mask",
+    "count_parameters", "log_probabilities", "model_config",
+]
 
-#: model type (the ``type`` key of a model config) -> module defining ``build(...)``
-MODEL_MODULES: dict[str, str] = {
-    "rnn": "attnmt.models.rnn",
-    "transformer": "attnmt.models.transformer",
+ModelConfig = Union[RNNConfig, TransformerConfig]
+
+#: model type (the ``type`` key of a model config) -> (its config class, its module class)
+MODEL_TYPES: dict[str, tuple[type, type]] = {
+    "rnn": (RNNConfig, RNNSeq2Seq),
+    "transformer": (TransformerConfig, Transformer),
 }
 
 
-def build_model(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int):
-    """The model described by ``model_config`` (a dict with ``type`` and that type's options).
+def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:
+    """The config dataclass of a ``model:`` section (a dict with ``type``; None = the RNN's defaults).
 
-    Raises ConfigError for a missing or unknown ``type`` and for the options the type rejects.
+    Raises ConfigError for an unknown ``type`` and for the options that type rejects.
     """
-    if not isinstance(model_config, dict):
-        raise ConfigError(f"model config must be a mapping, got {type(model_config).__name__}")
-    model_type = model_config.get("type")
+    if isinstance(values, (RNNConfig, TransformerConfig)):
+        return values
+    if values is None:
+        values = {"type": "rnn"}
+    if not isinstance(values, dict):
+        raise ConfigError(f"model: must be a mapping with a 'type', got {values!r}")
+    model_type = values.get("type")
     if model_type is None:
-        raise ConfigError(f"model config needs a 'type' ({', '.join(MODEL_MODULES)})")
-    if model_type not in MODEL_MODULES:
-        raise ConfigError(f"unknown model.type {model_type!r}; known types: {', '.join(MODEL_MODULES)}")
-    module_name = MODEL_MODULES[model_type]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
-        raise ConfigError(f"model.type {model_type!r} needs {module_name}, which this installation lacks") from None
-    return module.build(model_config, src_vocab_size, tgt_vocab_size)
+        raise ConfigError(f"model config needs a 'type' ({', '.join(MODEL_TYPES)})")
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"unknown model.type {model_type!r}; known types: {', '.join(MODEL_TYPES)}")
+    return MODEL_TYPES[model_type][0].from_dict(values)
 
 
-def count_parameters(model, trainable_only: bool = True) -> int:
-    """Number of (trainable) parameters; a tied weight counts once."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
-
-
-def check_target_mask(tgt_mask, tgt_in):
-    """``forward``'s ``tgt_mask`` must be a bool tensor shaped like ``tgt_in`` [B, T]; returns it."""
-    import torch
-
-    if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
-        raise ValueError(
-            f"tgt_mask must be a bool tensor of tgt_in's shape {tuple(tgt_in.shape)}, got "
-            f"{getattr(tgt_mask, 'dtype', type(tgt_mask).__name__)} {tuple(getattr(tgt_mask, 'shape', ()))}"
-        )
-    return tgt_mask
-
-
-def log_probabilities(logits):
-    """log_softmax over the last axis, in float32 when the products ran in a 16-bit type (autocast),
-    else in the logits' own precision (float64 models stay float64)."""
-    import torch
-
-    if logits.dtype in (torch.bfloat16, torch.float16):
-        logits = logits.float()
-    return torch.log_softmax(logits, dim=-1)
+def build_model(config: dict[str, Any] | ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+    """The model ``config`` describes (a config dataclass, or a ``model:`` dict)."""
+    config = model_config(config)
+    module_class = next(module for config_class, module in MODEL_TYPES.values() if isinstance(config, config_class))
+    return module_class(config, src_vocab_size, tgt_vocab_size)

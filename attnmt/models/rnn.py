@@ -58,7 +58,7 @@ stacked RNN layers. Every step flow shares one step function between ``forward``
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +67,7 @@ from torch import nn
 from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
 from attnmt.errors import ConfigError
-from attnmt.models import check_target_mask, log_probabilities
+from attnmt.models.common import check_target_mask, log_probabilities
 from attnmt.special_tokens import PAD_ID
 
 __all__ = [
@@ -77,7 +77,6 @@ __all__ = [
     "RNNDecoderState",
     "RNNEncoderOutput",
     "RNNSeq2Seq",
-    "build",
 ]
 
 CELLS = ("lstm", "gru")
@@ -108,6 +107,7 @@ class RNNConfig:
     output_embedding    also feed the previous target embedding b_i to the output layer
     """
 
+    type: ClassVar[str] = "rnn"
     embed_dim: int = 256
     hidden_dim: int = 512
     encoder_hidden_dim: int | None = None
@@ -299,17 +299,19 @@ class RNNSeq2Seq(nn.Module):
 
         logits, attention = model(src [B, S], src_mask [B, S], tgt_in [B, T], return_attention, tgt_mask)
             logits [B, T, V] ([N, V] at the N True positions of tgt_mask [B, T] when given);
-            attention [B, T, S] (True), [B, h, T, S] per head ("heads"), or None
+            attention [B, T, S] (True), [B, 1, h, T, S] per head ("heads", L = 1 layer), or None
         encoded = model.encode(src, src_mask)                      -> RNNEncoderOutput
         state = model.init_decoder_state(encoded)                  -> RNNDecoderState
         log_probs, weights, state = model.decode_step(prev_tokens [N], state, encoded, step)
             log_probs [N, V], weights [N, S]
 
     ``attention_heads`` is the number of heads of the mechanism (1 except for ``multihead``);
-    ``forward(..., return_attention="heads")`` gives their weights one by one.
+    ``forward(..., return_attention="heads")`` gives their weights one by one. The decoder attends
+    over the source once per step: ``cross_attention_layers`` is 1.
     """
 
     model_type = "rnn"
+    cross_attention_layers = 1
 
     def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
@@ -442,8 +444,8 @@ class RNNSeq2Seq(nn.Module):
         """Teacher forcing: src [B, S], src_mask [B, S], tgt_in [B, T] (BOS + tokens).
 
         Returns ``(logits [B, T, V], attention)`` with attention [B, T, S] when
-        ``return_attention`` is True, [B, h, T, S] (one map per head, h = ``attention_heads``)
-        when it is "heads", None when False. With ``tgt_mask`` [B, T] (bool, True = a real
+        ``return_attention`` is True, [B, 1, h, T, S] (one layer, one map per head, h =
+        ``attention_heads``) when it is "heads", None when False. With ``tgt_mask`` [B, T] (bool, True = a real
         target token) the output layer runs only there: logits [N, V], N = tgt_mask.sum(), the
         rows of ``logits[tgt_mask]`` without computing the padding's.
         """
@@ -462,6 +464,8 @@ class RNNSeq2Seq(nn.Module):
         if tgt_mask is not None:
             features = features[check_target_mask(tgt_mask, tgt_in)]  # [N, F]
         logits = self._logits(features)
+        if heads:
+            weights = weights.unsqueeze(1)  # [B, L = 1, h, T, S]: the contract's shape for every model
         return logits, (weights if return_attention else None)
 
     def _parallel_decoder(self, embedded, state, prepared, heads):
@@ -682,7 +686,3 @@ def _gather_time(sequence: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """sequence [B, S, D], index [B, S'] -> [B, S', D] with row b's positions ``index[b]``."""
     return sequence.gather(1, index.unsqueeze(-1).expand(-1, -1, sequence.shape[-1]))
 
-
-def build(model_config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int) -> RNNSeq2Seq:
-    """``build_model`` entry point for ``type: rnn``."""
-    return RNNSeq2Seq(RNNConfig.from_dict(model_config), src_vocab_size, tgt_vocab_size)

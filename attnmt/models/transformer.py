@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -55,7 +55,7 @@ from torch import nn
 from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.errors import ConfigError
-from attnmt.models import check_target_mask, log_probabilities
+from attnmt.models.common import check_target_mask, log_probabilities
 from attnmt.special_tokens import PAD_ID
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
     "TransformerConfig",
     "TransformerDecoderState",
     "TransformerEncoderOutput",
-    "build",
     "sinusoidal_positions",
 ]
 
@@ -99,6 +98,8 @@ class TransformerConfig:
                         projection; needs a joint vocabulary (src_vocab_size == tgt_vocab_size)
     tie_output:         target embedding matrix = output projection (Press & Wolf, 2017)
     """
+
+    type: ClassVar[str] = MODEL_TYPE
 
     d_model: int = 256
     heads: int = 4
@@ -513,6 +514,11 @@ class Transformer(nn.Module):
         return embedding
 
     @property
+    def cross_attention_layers(self) -> int:
+        """Number of decoder layers L, each with attention over the source."""
+        return self.config.decoder_layers
+
+    @property
     def attention_heads(self) -> int:
         """Number of heads h of every attention (forward can return per-head weights)."""
         return self.config.heads
@@ -672,7 +678,3 @@ class Transformer(nn.Module):
         )
         return log_probs, weights[-1][:, :, 0].mean(dim=1), new_state
 
-
-def build(model_config: Mapping[str, Any], src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
-    """``build_model`` entry point for ``type: transformer`` (ConfigError on unknown keys or bad values)."""
-    return Transformer(TransformerConfig.from_dict(model_config), src_vocab_size, tgt_vocab_size)

@@ -1,0 +1,68 @@
+"""The training losses: label-smoothed cross-entropy per token, and guided alignment.
+
+Token loss of a batch with N real target tokens (EOS included, padding excluded)::
+
+    L = Σ_t [(1 − ε) · (−log p(y_t | y_<t, x)) + ε · (1/V) Σ_v (−log p(v | y_<t, x))]
+
+Guided alignment (Chen et al. 2016; Garg et al. 2019) pulls one cross-attention map a towards a
+target distribution A built from word links (``attnmt.data.links``)::
+
+    L_align = Σ_b Σ_t Σ_s −A[b, t, s] · log a[b, t, s]
+
+Both are sums; the trainer divides by the (global) number of target tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["guided_alignment_loss", "select_attention", "token_losses"]
+
+
+def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
+    """Summed losses over the real target tokens.
+
+    logits:  [B, T, V]  unnormalised scores of the next token, or [N, V] those of the N real
+                        tokens only (``model(..., tgt_mask=mask)``: ``logits[mask]`` already)
+    targets: [B, T]     the reference tokens (tokens + EOS, padded)
+    mask:    [B, T]     True for real tokens, False for padding
+    Returns ``(loss_sum, nll_sum, num_tokens)``: ``loss_sum`` is the training loss summed over the
+    real tokens (cross-entropy with label smoothing ε against ``(1-ε)·onehot + ε/V``), ``nll_sum``
+    the plain negative log-likelihood summed over them (a float tensor without gradient), and
+    ``num_tokens`` how many real tokens there are. Padding positions are not even scored.
+    """
+    selected_already = logits.dim() == 2 and mask.shape == targets.shape and logits.shape[0] == int(mask.sum())
+    if not selected_already and (logits.dim() != 3 or targets.shape != logits.shape[:2] or mask.shape != targets.shape):
+        raise ValueError(
+            f"token_losses: expected logits [B, T, V] or [N, V] (N = real tokens), targets [B, T], "
+            f"mask [B, T]; got {tuple(logits.shape)}, {tuple(targets.shape)}, {tuple(mask.shape)}"
+        )
+    selected = logits if selected_already else logits[mask]  # [N, V]
+    gold = targets[mask]  # [N]
+    log_probs = F.log_softmax(selected.float(), dim=-1)
+    nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [N]
+    if label_smoothing > 0.0:
+        smooth = -log_probs.mean(dim=-1)  # cross-entropy against the uniform distribution
+        loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth
+    else:
+        loss = nll
+    with torch.no_grad():
+        nll_sum = nll.sum().detach()
+    return loss.sum(), nll_sum, int(gold.numel())
+
+
+def select_attention(weights, layer: int, head: int | None):
+    """One map [B, T, S] from a model's cross-attention [B, L, h, T, S] (``return_attention="heads"``):
+    0-based ``layer`` and ``head``, ``head`` None = the mean over the heads."""
+    per_head = weights[:, layer]
+    return per_head.mean(dim=1) if head is None else per_head[:, head]
+
+
+def guided_alignment_loss(attention, target):
+    """Σ −A · log a over every entry (a float32 sum); entries where A is 0 cost nothing.
+
+    attention, target: [B, T, S]; ``a`` is clamped at 1e-9 so a zero weight under a link costs
+    20.7 nats instead of infinity.
+    """
+    return -(target * attention.float().clamp_min(1e-9).log()).sum()

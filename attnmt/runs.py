@@ -1,0 +1,196 @@
+"""A run folder: its file names, its checkpoints, and the policy for starting and resuming.
+
+Files of a run folder (written by ``attnmt train``; only rank 0 writes)::
+
+    config.yaml                      the resolved run config
+    spm.*.model, tokenizers.json     the tokenizers (also inside every checkpoint)
+    last.pt, best.pt                 checkpoints (attnmt.checkpoint); best.pt holds no optimizer state
+    metrics.jsonl                    one JSON record a line: "train" every log_every steps, "epoch" per
+                                     validation at an epoch end, "valid" for the validation when a step or
+                                     time limit stops training mid-epoch, and a final "summary"
+    examples/epochNN-K.png           attention heatmaps of validation sentence K after epoch NN
+
+and by ``attnmt evaluate`` (``-bf16`` ends the names of a bf16 search's files)::
+
+    hyps-<split>[-beamK].txt         the translations, one a line
+    eval-<split>[-beamK].json        perplexity, BLEU, chrF and their signatures
+    beam-<split>.json, .md           the beam-size table
+    examples/<split>-NNN.png         heatmaps of the first sentences
+
+A folder with files in it is only trained into again with ``--resume``; a resumed run keeps its
+own config, except for the limits and reporting keys in ``RESUMABLE_CHANGES``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from attnmt.config import RunConfig, yaml_load
+from attnmt.errors import CheckpointError, ConfigError
+from attnmt.files import write_text_atomic
+
+__all__ = [
+    "BEST", "CONFIG_FILE", "LAST", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
+    "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
+    "read_saved_config", "resolve_resume_config", "training_finished", "write_metrics",
+]
+
+LAST, BEST = "last.pt", "best.pt"
+METRICS = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
+CHECKPOINT_NAMES = {"best": BEST, "last": LAST}
+
+# Training keys a resumed run may change: the limits, and how often it reports.
+RESUMABLE_CHANGES = {
+    "max_epochs", "max_steps", "max_minutes", "log_every", "checkpoint_every", "num_threads",
+    "bleu_max_sentences", "examples",
+}
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_path(run: str | Path, checkpoint: str = "best") -> Path:
+    """The checkpoint file of a run folder (``best``/``last``), or ``run`` itself when it is a file."""
+    run = Path(run)
+    if run.is_file():
+        return run
+    if not run.exists():
+        raise CheckpointError(f"{run}: no such run folder or checkpoint file")
+    path = run / CHECKPOINT_NAMES.get(checkpoint, checkpoint)
+    if not path.is_file():
+        other = [name for name, file in CHECKPOINT_NAMES.items() if (run / file).is_file() and name != checkpoint]
+        hint = f"; this run has {' and '.join(other)} (use --checkpoint {other[0]})" if other else \
+            "; the run has no checkpoint yet"
+        raise CheckpointError(f"{path}: checkpoint not found{hint}")
+    return path
+
+
+# ------------------------------------------------------------------------------- start or resume
+
+
+def check_run_dir(run_dir: str | Path, resume: bool) -> bool:
+    """Decide whether ``run_dir`` starts a new run or continues one; True = continue from last.pt.
+
+    A folder with files in it is only used with ``resume``; without a ``last.pt`` there, ``resume``
+    starts the run afresh (it was stopped before its first checkpoint). Raises ConfigError otherwise.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: exists and is not a folder; choose another --out")
+    has_files = run_dir.is_dir() and any(run_dir.iterdir())
+    if not resume:
+        if has_files:
+            raise ConfigError(
+                f"{run_dir}: run folder already exists and is not empty; pass --resume to continue "
+                f"that run, or choose another --out (nothing was overwritten)"
+            )
+        return False
+    return (run_dir / LAST).is_file()
+
+
+def read_saved_config(run_dir: str | Path) -> dict | None:
+    """The run's ``config.yaml`` as a plain dict, None when there is none; ConfigError when unreadable."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        return yaml_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read the run's config ({error})") from None
+
+
+def config_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    differences = []
+    for key in sorted(set(old) | set(new), key=str):
+        name = f"{prefix}{key}"
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differences += config_differences(a, b, prefix=f"{name}.")
+        elif a != b and not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and list(a) == list(b)):
+            differences.append(f"{name} ({a!r} in the run, {b!r} now)")
+    return differences
+
+
+def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limits: dict[str, Any]) -> RunConfig:
+    """The config a resumed run continues with: the run's own, with new limits.
+
+    requested: the config given again on the command line (if any); it must equal the run's,
+        except for the keys in RESUMABLE_CHANGES, or ConfigError lists the differences.
+    limits: overrides of max_epochs / max_steps / max_minutes (None = keep).
+    """
+    saved = RunConfig.from_dict(saved_config)
+    if requested is not None:
+        old, new = saved.to_dict(), requested.to_dict()
+        for section in (old, new):
+            for key in RESUMABLE_CHANGES:
+                section["training"].pop(key, None)
+        differences = config_differences(old, new)
+        if differences:
+            raise ConfigError(
+                "--resume: the config differs from the one the run was started with: "
+                + "; ".join(differences)
+                + ". Resume without --config (the run's own config is used) or start a new run."
+            )
+        for key in RESUMABLE_CHANGES:
+            setattr(saved.training, key, getattr(requested.training, key))
+    for key, value in limits.items():
+        if value is not None:
+            setattr(saved.training, key, value)
+    saved.training.validate()
+    return saved
+
+
+# ------------------------------------------------------------------------------- metrics.jsonl
+
+
+def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:
+    """Append one record to the run's metrics.jsonl."""
+    with open(Path(run_dir) / METRICS, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def write_metrics(run_dir: str | Path, records: list[dict[str, Any]]) -> None:
+    """Replace the run's metrics.jsonl by ``records`` (atomically)."""
+    write_text_atomic(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def training_finished(run_dir: str | Path) -> bool:
+    """True when the run's metrics.jsonl ends with the trainer's final ``summary`` record."""
+    path = Path(run_dir) / METRICS
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (FileNotFoundError, UnicodeDecodeError):
+        return False
+    if not lines:
+        return False
+    try:
+        return json.loads(lines[-1]).get("type") == "summary"
+    except (json.JSONDecodeError, AttributeError):
+        return False  # a line cut short by a kill: the run did not finish
+
+
+# ------------------------------------------------------------------------------- evaluation files
+
+
+def _suffix(split: str, beam: int, precision: str = "fp32") -> str:
+    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, then ``-bf16`` for a bf16 search."""
+    return split + (f"-beam{beam}" if beam > 1 else "") + ("" if precision == "fp32" else f"-{precision}")
+
+
+def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+    return Path(run_dir) / f"eval-{_suffix(split, beam, precision)}.json"
+
+
+def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+    return Path(run_dir) / f"hyps-{_suffix(split, beam, precision)}.txt"
+
+
+def beam_table_path(run_dir: str | Path, split: str, precision: str, suffix: str) -> Path:
+    """``beam-<split>[-bf16].json`` / ``.md``: the beam-size table of ``attnmt evaluate --beam 1 5 ...``."""
+    return Path(run_dir) / f"beam-{_suffix(split, 1, precision)}{suffix}"

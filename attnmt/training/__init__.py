@@ -1,0 +1,24 @@
+"""Training a translator: ``train(config, run_dir)`` or ``Trainer(config, run_dir).run()``.
+
+Read in this order:
+
+    builder.py       assembles data, tokenizers, batches, model, optimizer, schedule (and a resumed state)
+    trainer.py       the loop: steps, validation, checkpoints, limits
+    step.py          one step's forward and backward pass (the loss: attnmt.models.losses)
+    schedule.py      the plateau tracker, and the learning rate it decays
+    statistics.py    the position of a run and its running sums
+    randomness.py    seeding, and random states saved with a checkpoint
+    distributed.py   torchrun: ranks and collectives
+"""
+
+from attnmt.training.builder import TrainingParts, build_training
+from attnmt.training.distributed import DistributedContext, init_distributed, training_threads
+from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
+from attnmt.training.step import GuideBatch, StepStats, backward_on_batch
+from attnmt.training.trainer import TrainResult, Trainer, train
+
+__all__ = [
+    "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker", "StepStats", "TrainResult",
+    "Trainer", "TrainingParts", "backward_on_batch", "build_training", "init_distributed", "train",
+    "training_threads",
+]

@@ -1,0 +1,180 @@
+"""Assemble everything a training needs: data, tokenizers, batches, model, optimizer, schedule,
+and, when continuing a run, their saved states. ``Trainer`` (``attnmt.training.trainer``) runs them.
+
+The order of the steps is fixed, because random numbers are drawn in it: the model is
+initialised right after ``seed_everything(training.seed)``, so the same seed gives the same
+weights whatever else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from attnmt.checkpoint import load_checkpoint, load_model_state
+from attnmt.config import RunConfig
+from attnmt.data import Batch, ParallelCorpus, Tokenizers, load_split, make_batches, train_tokenizers
+from attnmt.data.links import AlignmentGuide, check_links_file
+from attnmt.errors import ConfigError
+from attnmt.files import write_text_atomic
+from attnmt.models import build_model, count_parameters
+from attnmt.models.common import default_layer, resolve_position
+from attnmt.runs import CONFIG_FILE, LAST, METRICS, check_run_dir, write_metrics
+from attnmt.training.distributed import DistributedContext, training_threads
+from attnmt.training.randomness import restore_rng_state, seed_everything
+from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
+from attnmt.training.statistics import Progress, RunningStatistics
+
+__all__ = ["TrainingParts", "build_training"]
+
+
+@dataclass
+class TrainingParts:
+    """What ``build_training`` assembles for a ``Trainer``."""
+
+    config: RunConfig
+    run_dir: Path
+    context: DistributedContext
+    tokenizers: Tokenizers
+    train_src: list[list[int]]
+    train_tgt: list[list[int]]
+    valid_corpus: ParallelCorpus
+    valid_batches: list[Batch]
+    model: torch.nn.Module
+    ddp_model: torch.nn.Module  # the model, wrapped in DistributedDataParallel when there are ranks
+    optimizer: torch.optim.Optimizer
+    schedule: LearningRateSchedule
+    guide: AlignmentGuide | None = None
+    guide_position: tuple[int, int | None] | None = None  # 0-based (layer, head) the guide pulls
+    progress: Progress = field(default_factory=Progress)
+    plateau: PlateauTracker = field(default_factory=PlateauTracker)
+    window: RunningStatistics = field(default_factory=RunningStatistics)
+    epoch_sums: RunningStatistics = field(default_factory=RunningStatistics)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False
+
+
+def build_training(
+    config: RunConfig, run_dir: str | Path, resume: bool, context: DistributedContext, say: Callable[[str], None],
+) -> TrainingParts:
+    """Prepare ``run_dir`` and every part of the training (``say`` prints rank 0's messages)."""
+    run_dir = Path(run_dir)
+    data, training = config.data, config.training
+    checkpoint = load_checkpoint(run_dir / LAST, require_training_state=True) \
+        if check_run_dir(run_dir, resume) else None
+    context.barrier()  # every rank has looked at the folder before rank 0 writes into it
+    torch.set_num_threads(training_threads(training.num_threads, context.world_size))
+
+    if data.train_links is not None:  # before minutes of tokenizer training, not after
+        check_links_file(data.resolve(data.train_links))
+    train_corpus = load_split(data, "train")
+    valid_corpus = load_split(data, "valid")
+    if context.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if checkpoint is None:
+            write_text_atomic(run_dir / CONFIG_FILE, config.to_yaml())
+    tokenizers = _tokenizers(config, run_dir, train_corpus, checkpoint, context, say)
+
+    train_ids = tokenizers.encode_corpus(train_corpus, max_length=data.max_length)
+    if len(train_ids) == 0:
+        raise ConfigError(f"data.max_length={data.max_length} drops every training pair")
+    valid_ids = tokenizers.encode_corpus(valid_corpus)
+    valid_batches = make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False)
+    guide = None
+    if data.train_links is not None:
+        guide, report = AlignmentGuide.from_links(
+            data.resolve(data.train_links), train_corpus, train_ids, tokenizers, training.guide_shift
+        )
+        say(report.summary())
+
+    seed_everything(training.seed)
+    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    optimizer = torch.optim.Adam(model.parameters(), lr=training.lr)
+    parts = TrainingParts(
+        config=config, run_dir=run_dir, context=context, tokenizers=tokenizers,
+        train_src=train_ids.src_ids, train_tgt=train_ids.tgt_ids, valid_corpus=valid_corpus,
+        valid_batches=valid_batches, model=model, ddp_model=model, optimizer=optimizer,
+        schedule=LearningRateSchedule(optimizer, training), guide=guide,
+        guide_position=_guide_position(config, model) if guide is not None else None,
+        progress=Progress(world_size=context.world_size),
+    )
+    if context.rank > 0:
+        seed_everything(training.seed + 7919 * context.rank)  # other dropout masks on other ranks
+    if checkpoint is not None:
+        _restore(parts, checkpoint, say)
+    elif context.is_main:
+        (run_dir / METRICS).unlink(missing_ok=True)
+    if context.distributed:
+        parts.ddp_model = DistributedDataParallel(model)
+    say(
+        f"{len(parts.train_src)} training pairs ({train_ids.dropped_long} longer than {data.max_length} "
+        f"pieces dropped), {len(valid_corpus)} validation pairs; vocabularies "
+        f"{tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}; {count_parameters(model):,} parameters"
+        + (f"; {context.world_size} processes" if context.distributed else "")
+    )
+    return parts
+
+
+def _tokenizers(config, run_dir, train_corpus, checkpoint, context, say) -> Tokenizers:
+    """The run's tokenizers: from the checkpoint, else trained by rank 0 and read by the others."""
+    if checkpoint is not None:
+        return Tokenizers.from_state_dict(checkpoint["tokenizers"])
+    data = config.data
+    tokenizers = None
+    if context.is_main:
+        say(f"training tokenizers on {len(train_corpus)} sentence pairs ...")
+        tokenizers = train_tokenizers(
+            train_corpus.src, train_corpus.tgt, vocab_size=data.vocab_size, joint=data.joint_vocab,
+            model_type=data.tokenizer_type, character_coverage=data.character_coverage,
+            seed=0, src_lang=data.src_lang, tgt_lang=data.tgt_lang,
+        )
+        tokenizers.save(run_dir, overwrite=True)
+    context.barrier()
+    return tokenizers if tokenizers is not None else Tokenizers.load(run_dir)
+
+
+def _guide_position(config: RunConfig, model) -> tuple[int, int | None]:
+    """The 0-based (layer, head) that ``training.guide_layer`` / ``guide_head`` name in ``model``."""
+    training = config.training
+    if config.attention == "none" or not model.attention_heads:
+        raise ConfigError("data.train_links: guided alignment needs a model with attention over the source, "
+                          "not attention: none")
+    layers = model.cross_attention_layers
+    layer = resolve_position(default_layer(layers) if training.guide_layer is None else training.guide_layer,
+                             layers, "decoder layer")
+    head = None if training.guide_head is None else resolve_position(training.guide_head, model.attention_heads, "head")
+    return layer, head
+
+
+def _restore(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None]) -> None:
+    """Continue from ``last.pt``: weights, optimizer, schedule, position, sums, history, random states."""
+    context, path = parts.context, parts.run_dir / LAST
+    load_model_state(parts.model, checkpoint, path)
+    parts.optimizer.load_state_dict(checkpoint["optimizer"])
+    parts.schedule.load_state_dict(checkpoint["scheduler"])
+    saved = checkpoint["progress"]
+    parts.progress = Progress.from_state_dict(saved)
+    parts.plateau = PlateauTracker.from_state_dict(saved["plateau"])
+    parts.window = RunningStatistics.from_state_dict(saved["window"])
+    parts.epoch_sums = RunningStatistics.from_state_dict(saved["epoch_sums"])
+    parts.history = list(checkpoint["history"])
+    parts.resumed = True
+    if parts.progress.world_size != context.world_size:
+        say(
+            f"warning: the run was trained with {parts.progress.world_size} processes, now {context.world_size}: "
+            f"it continues correctly but not bit-for-bit as it would have"
+        )
+        parts.progress.world_size = context.world_size
+    rng_states = checkpoint["rng"]
+    restore_rng_state(rng_states[context.rank % len(rng_states)])
+    if context.is_main:  # metrics.jsonl as of the checkpoint: drop lines written after it
+        write_metrics(parts.run_dir, parts.history)
+    say(
+        f"resuming {parts.run_dir} at step {parts.progress.step} "
+        f"(epoch {parts.progress.epoch + 1}, batch {parts.progress.batch_in_epoch})"
+    )

@@ -1,0 +1,68 @@
+"""One optimizer step's forward and backward pass.
+
+With N real target tokens in the global batch (all ranks), the loss whose gradient a step takes is::
+
+    L = (1/N) · [Σ_t token_loss_t  +  λ · Σ −A log a]          (attnmt.models.losses)
+
+the second term only when training is guided by word links. Each rank backpropagates its share
+``loss_sum · world_size / N``; DistributedDataParallel averages the gradients over the ranks, so
+the step equals one process's step on the whole global batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnmt.models.losses import guided_alignment_loss, select_attention, token_losses
+from attnmt.precision import autocast
+
+__all__ = ["GuideBatch", "StepStats", "backward_on_batch"]
+
+
+@dataclass
+class StepStats:
+    """Sums over the real target tokens of one batch (of this rank)."""
+
+    loss_sum: float  # label-smoothed training loss (without the guide term)
+    nll_sum: float  # plain negative log-likelihood
+    num_tokens: int
+    guide_sum: float = 0.0  # Σ −A log a of the guided-alignment term (before its weight)
+
+
+@dataclass
+class GuideBatch:
+    """The guided-alignment term of one batch: target A [B, T, S] (``attnmt.data.links``), weight λ,
+    and the 0-based layer and head (None = mean) of the cross-attention it guides."""
+
+    target: torch.Tensor
+    weight: float
+    layer: int
+    head: int | None
+
+
+def backward_on_batch(
+    model, batch, label_smoothing: float, global_tokens: float, world_size: int = 1, precision: str = "fp32",
+    guide: GuideBatch | None = None,
+) -> StepStats:
+    """Forward ``batch`` through ``model`` (plain or DDP-wrapped) and backpropagate its share of the
+    global loss ``loss_sum · world_size / global_tokens`` (plus the guide term).
+
+    ``precision="bf16"`` runs the forward pass under bfloat16 autocast; the loss is computed from
+    float32 logits and the gradients arrive in the float32 parameters.
+    """
+    if global_tokens <= 0:
+        raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
+    with autocast(precision):
+        logits, attention = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads" if guide else False,
+                                  tgt_mask=batch.tgt_mask)  # logits of the real tokens only: [N, V]
+    loss_sum, nll_sum, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, label_smoothing)
+    total = loss_sum
+    guide_sum = 0.0
+    if guide is not None:
+        guide_term = guided_alignment_loss(select_attention(attention, guide.layer, guide.head), guide.target)
+        total = loss_sum + guide.weight * guide_term
+        guide_sum = float(guide_term.detach())
+    (total * (world_size / global_tokens)).backward()
+    return StepStats(float(loss_sum.detach()), float(nll_sum), count, guide_sum)

@@ -1,0 +1,384 @@
+"""The training loop: Adam steps over token-bucketed batches, validation, checkpoints, limits.
+
+``Trainer(config, run_dir).run()`` builds its parts (``attnmt.training.builder``) and then runs::
+
+    until a limit or early stopping:
+        for each batch of the epoch (this rank's share):
+            lr ← schedule(step);  backward on the batch;  clip;  Adam step
+            every log_every steps: a "train" record;  every checkpoint_every steps: last.pt
+        every eval_every epochs: validate (perplexity, greedy BLEU, heatmaps);
+            the plateau tracker decides best.pt, lr decay and early stopping
+        last.pt
+
+**Exact resume.** The batches of epoch e are a function of (seed, e) only, and ``last.pt`` holds
+the model, Adam and schedule states, the random states of every rank, the position (epoch, batch
+within it, step) and the running sums. A run killed at any moment (even with SIGKILL) and continued
+with ``--resume`` restarts at the batch after the checkpoint with the same random state, and so
+ends with the same numbers as a run never stopped. Run-folder files: ``attnmt.runs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from attnmt.checkpoint import make_checkpoint, save_checkpoint
+from attnmt.config import RunConfig
+from attnmt.data import batch_indices, collate
+from attnmt.evaluation import bleu, likelihood_sums, perplexity_from_sums
+from attnmt.plotting import plot_attention
+from attnmt.runs import BEST, LAST, append_metrics
+from attnmt.training.builder import TrainingParts, build_training
+from attnmt.training.distributed import DistributedContext, init_distributed
+from attnmt.training.randomness import capture_rng_state
+from attnmt.training.statistics import RunningStatistics, perplexity_of
+from attnmt.training.step import GuideBatch, backward_on_batch
+from attnmt.translator import Translator
+
+__all__ = ["TrainResult", "Trainer", "train"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` returns: where the run ended and its best validation numbers."""
+
+    run_dir: Path
+    step: int
+    epoch: int
+    stop_reason: str
+    best_val_loss: float
+    best_val_ppl: float
+    best_val_bleu: float | None
+    best_step: int
+    best_epoch: float
+    elapsed_seconds: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary_line(self) -> str:
+        bleu_text = f", val BLEU {self.best_val_bleu:.2f}" if self.best_val_bleu is not None else ""
+        best = (
+            f"best val loss {self.best_val_loss:.4f} (ppl {self.best_val_ppl:.2f}{bleu_text}) at step {self.best_step}"
+            if math.isfinite(self.best_val_loss) else "no validation yet"
+        )
+        return (
+            f"{self.run_dir}: {self.step} steps, {self.epoch} epochs completed, stopped: {self.stop_reason}; "
+            f"{best}; {self.elapsed_seconds / 60:.1f} min"
+        )
+
+
+class Trainer:
+    """Trains ``config`` into ``run_dir`` (see the module docstring). Call ``run()``."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run_dir: str | Path,
+        resume: bool = False,
+        show_progress: bool = True,
+        context: DistributedContext | None = None,
+        verbose: bool = True,
+    ):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.show_progress = show_progress
+        self.context = context or DistributedContext()
+        self.verbose = verbose
+        self.parts: TrainingParts | None = None
+        self._last_saved: tuple | None = None
+
+    @property
+    def model(self):
+        """The model being trained (after ``run`` has built it)."""
+        return self.parts.model
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say)
+        training, progress, plateau = self.config.training, parts.progress, parts.plateau
+        if parts.resumed:
+            self._last_saved = progress.position()
+        progress.stop_reason = None
+        while progress.stop_reason is None:
+            if training.early_stopping_patience is not None and plateau.stale >= training.early_stopping_patience:
+                progress.stop_reason = (
+                    f"early stopping: no better validation loss in {training.early_stopping_patience} evaluations"
+                )
+            elif progress.epoch >= training.max_epochs:
+                progress.stop_reason = f"max_epochs={training.max_epochs} reached"
+            elif self._train_epoch():  # False when a limit stopped it mid-epoch
+                self._log_window()
+                progress.epoch += 1
+                progress.batch_in_epoch = 0
+                if progress.epoch % training.eval_every == 0 or progress.epoch >= training.max_epochs:
+                    self._validate_and_decide(at_epoch_end=True)
+                parts.epoch_sums = RunningStatistics()
+                self._save_last()
+        if progress.last_eval_step != progress.step and progress.step > 0:
+            self._log_window()
+            self._validate_and_decide(at_epoch_end=False)
+        if self._last_saved != progress.position():
+            self._save_last()
+        return self._finish()
+
+    def _train_epoch(self) -> bool:
+        """This rank's batches of the current epoch from ``batch_in_epoch`` on; False when a step or
+        time limit stopped it (``progress.stop_reason`` says which)."""
+        parts, progress, training = self.parts, self.parts.progress, self.config.training
+        epoch_batches = batch_indices(
+            [len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
+            max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed,
+            epoch=progress.epoch, rank=self.context.rank, world_size=self.context.world_size,
+        )
+        bar = None
+        if self.context.is_main and self.show_progress:
+            bar = tqdm(
+                total=len(epoch_batches), initial=progress.batch_in_epoch, unit="batch", dynamic_ncols=True,
+                desc=f"epoch {progress.epoch + 1}/{training.max_epochs}", file=sys.stderr, leave=False,
+            )
+        try:
+            while progress.batch_in_epoch < len(epoch_batches):
+                batch = collate(parts.train_src, parts.train_tgt, epoch_batches[progress.batch_in_epoch])
+                loss_sum, global_tokens = self._step(batch)
+                if progress.stop_reason is not None:
+                    return False
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_sum / global_tokens:.3f}", tok_s=f"{parts.epoch_sums.tokens_per_second:,.0f}",
+                                    lr=f"{self._lr():.1e}", refresh=False)
+                if progress.step % training.log_every == 0:
+                    self._log_window()
+                if progress.step % training.checkpoint_every == 0:
+                    self._save_last()
+        finally:
+            if bar is not None:
+                bar.close()
+        return True
+
+    def _step(self, batch) -> tuple[float, float]:
+        """One optimizer step on this rank's ``batch``; returns (global loss sum, global tokens).
+        Sets ``progress.stop_reason`` instead, taking no step, when a limit is reached."""
+        parts, progress, training, context = self.parts, self.parts.progress, self.config.training, self.context
+        # Rank 0 decides about the limits (its clock is the one that counts); the others learn the
+        # decision with the token count, so all ranks stop together.
+        reason = self._limit_reached() if context.is_main else None
+        started = time.perf_counter()
+        global_tokens, stop_votes = context.all_reduce_sum([batch.num_tgt_tokens, 1.0 if reason is not None else 0.0])
+        if stop_votes > 0:
+            progress.stop_reason = context.broadcast_object(reason)
+            return 0.0, global_tokens
+        parts.optimizer.zero_grad(set_to_none=True)
+        parts.schedule.set_step(progress.step + 1)
+        stats = backward_on_batch(
+            parts.ddp_model, batch, training.label_smoothing, global_tokens, context.world_size, training.precision,
+            self._guide_batch(batch),
+        )
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(parts.model.parameters(), training.clip_norm))
+            if training.clip_norm is not None else _grad_norm(parts.model)
+        )
+        parts.optimizer.step()
+        loss_sum, nll_sum, guide_sum = context.all_reduce_sum([stats.loss_sum, stats.nll_sum, stats.guide_sum])
+        seconds = time.perf_counter() - started
+        progress.step += 1
+        progress.batch_in_epoch += 1
+        progress.elapsed_seconds += seconds
+        for sums in (parts.window, parts.epoch_sums):
+            sums.update(loss_sum, nll_sum, guide_sum, global_tokens, seconds, grad_norm)
+        return loss_sum, global_tokens
+
+    def _guide_batch(self, batch) -> GuideBatch | None:
+        parts = self.parts
+        if parts.guide is None:
+            return None
+        layer, head = parts.guide_position
+        target = parts.guide.target(batch.indices, batch.tgt_in.shape[1], batch.src.shape[1])
+        return GuideBatch(target, self.config.training.guide_weight, layer, head)
+
+    def _limit_reached(self) -> str | None:
+        training, progress = self.config.training, self.parts.progress
+        if training.max_steps is not None and progress.step >= training.max_steps:
+            return f"max_steps={training.max_steps} reached"
+        if training.max_minutes is not None and progress.elapsed_seconds >= 60 * training.max_minutes:
+            return f"max_minutes={training.max_minutes:g} reached"
+        return None
+
+    def _lr(self) -> float:
+        return float(self.parts.optimizer.param_groups[0]["lr"])
+
+    # ---- validation ---------------------------------------------------------------------------
+
+    def _validate_and_decide(self, at_epoch_end: bool) -> None:
+        """Validate; the plateau tracker decides best.pt and, at epoch ends, lr decay and early stopping."""
+        parts, progress = self.parts, self.parts.progress
+        started = time.perf_counter()
+        epoch_label = progress.epoch if at_epoch_end else progress.epoch + 1
+        record = self._validate(epoch_label)
+        progress.elapsed_seconds += time.perf_counter() - started
+        progress.last_eval_step = progress.step
+        val_loss = record["val_loss"]
+        improved = parts.plateau.update(val_loss, progress.step, epoch_label, record["val_bleu"], at_epoch_end)
+        if at_epoch_end:
+            parts.schedule.on_plateau(parts.plateau.stale)
+        sums = parts.epoch_sums
+        train_loss = sums.per_token(sums.loss)
+        self._record({
+            "type": "epoch" if at_epoch_end else "valid",
+            "step": progress.step,
+            "epoch": epoch_label,
+            "loss": train_loss,
+            "ppl": perplexity_of(sums.per_token(sums.nll)),
+            **record,
+            "lr": self._lr(),
+            "tokens_per_s": sums.tokens_per_second,
+            "elapsed": progress.elapsed_seconds,
+            "best": improved,
+        })
+        bleu_text = f", val BLEU {record['val_bleu']:.2f}" if record["val_bleu"] is not None else ""
+        self._say(
+            f"{'epoch' if at_epoch_end else 'step'} {epoch_label if at_epoch_end else progress.step}: "
+            f"train loss {train_loss:.4f} | val loss {val_loss:.4f}, val ppl {record['val_ppl']:.2f}{bleu_text}"
+            f" | lr {self._lr():.2e}{' | best so far' if improved else ''}"
+        )
+        if improved and self.context.is_main:
+            save_checkpoint(self._checkpoint(with_training_state=False), self.run_dir / BEST)
+
+    def _validate(self, epoch_label: int) -> dict[str, Any]:
+        """Validation loss/perplexity (all ranks), greedy BLEU and heatmaps (rank 0)."""
+        parts, context, training = self.parts, self.context, self.config.training
+        nll_sum, tokens = likelihood_sums(parts.model, parts.valid_batches[context.rank :: context.world_size])
+        nll_sum, tokens = context.all_reduce_sum([nll_sum, tokens])
+        result = perplexity_from_sums(nll_sum, int(tokens))
+        record: dict[str, Any] = {"val_loss": result.loss, "val_ppl": result.perplexity, "val_bleu": None}
+        limit, corpus = training.bleu_max_sentences, parts.valid_corpus
+        if context.is_main and (limit is None or limit > 0 or training.examples > 0):
+            translator = Translator(parts.model, parts.tokenizers, run_config=self.config)
+            if limit is None or limit > 0:
+                count = len(corpus) if limit is None else min(limit, len(corpus))
+                outputs = translator.translate(corpus.src[:count], beam=1)
+                record["val_bleu"], _ = bleu([t.output for t in outputs], corpus.tgt[:count])
+                record["bleu_sentences"] = count
+            if training.examples > 0:
+                self._plot_examples(translator, epoch_label)
+        record["val_bleu"] = context.broadcast_object(record["val_bleu"])
+        return record
+
+    def _plot_examples(self, translator: Translator, epoch_label: int) -> None:
+        corpus = self.parts.valid_corpus
+        count = min(self.config.training.examples, len(corpus))
+        folder = self.run_dir / "examples"
+        for k, translation in enumerate(translator.translate(corpus.src[:count], beam=1, return_attention=True), start=1):
+            if translation.attention is None or translation.attention.size == 0:
+                continue
+            try:
+                plot_attention(
+                    translation.attention, translation.src_pieces, translation.out_pieces,
+                    folder / f"epoch{epoch_label:02d}-{k}.png",
+                    title=f"epoch {epoch_label}: {translation.output}", merge_pieces=True,
+                )
+            except ValueError as error:  # a degenerate matrix must not stop training
+                logger.warning("could not plot example %d: %s", k, error)
+
+    # ---- records and checkpoints --------------------------------------------------------------
+
+    def _say(self, message: str) -> None:
+        if self.context.is_main and self.verbose:
+            tqdm.write(message, file=sys.stderr)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        """Append a metrics record to the history and, on rank 0, to metrics.jsonl."""
+        self.parts.history.append(record)
+        if self.context.is_main:
+            append_metrics(self.run_dir, record)
+
+    def _log_window(self) -> None:
+        """A "train" record of the steps since the last one."""
+        parts, progress = self.parts, self.parts.progress
+        window = parts.window
+        if window.steps == 0:
+            return
+        nll = window.per_token(window.nll)
+        self._record({
+            "type": "train",
+            "step": progress.step,
+            "epoch": progress.epoch + 1,
+            "loss": window.per_token(window.loss),
+            "nll": nll,
+            "ppl": perplexity_of(nll),
+            "lr": self._lr(),
+            "grad_norm": window.grad_norm / window.steps,
+            "tokens_per_s": window.tokens_per_second,
+            "elapsed": progress.elapsed_seconds,
+            **({"guide": window.per_token(window.guide)} if parts.guide is not None else {}),
+        })
+        parts.window = RunningStatistics()
+
+    def _checkpoint(self, with_training_state: bool, rng_states: list | None = None) -> dict:
+        parts = self.parts
+        progress = {
+            **parts.progress.state_dict(), "plateau": parts.plateau.state_dict(),
+            "window": parts.window.state_dict(), "epoch_sums": parts.epoch_sums.state_dict(),
+        }
+        extra: dict[str, Any] = {"progress": progress, "history": list(parts.history)}
+        if with_training_state:
+            extra.update(optimizer=parts.optimizer.state_dict(), scheduler=parts.schedule.state_dict(), rng=rng_states)
+        return make_checkpoint(
+            config=self.config.to_dict(), model_state=parts.model.state_dict(), tokenizers=parts.tokenizers.state_dict(),
+            **extra,
+        )
+
+    def _save_last(self) -> None:
+        rng_states = self.context.all_gather_object(capture_rng_state())  # collective: every rank
+        if self.context.is_main:
+            save_checkpoint(self._checkpoint(with_training_state=True, rng_states=rng_states), self.run_dir / LAST)
+        self._last_saved = self.parts.progress.position()
+
+    def _finish(self) -> TrainResult:
+        """The result, and the final "summary" record (in metrics.jsonl only: not in the history a
+        checkpoint resumes from)."""
+        progress, plateau = self.parts.progress, self.parts.plateau
+        result = TrainResult(
+            run_dir=self.run_dir, step=progress.step, epoch=progress.epoch,
+            stop_reason=progress.stop_reason or "finished", best_val_loss=plateau.best_loss,
+            best_val_ppl=perplexity_of(plateau.best_loss), best_val_bleu=plateau.best_bleu,
+            best_step=plateau.best_step, best_epoch=plateau.best_epoch,
+            elapsed_seconds=progress.elapsed_seconds, history=self.parts.history,
+        )
+        if self.context.is_main:
+            validated = math.isfinite(result.best_val_loss)
+            append_metrics(self.run_dir, {
+                "type": "summary", "step": progress.step, "epoch": progress.epoch, "stop_reason": result.stop_reason,
+                "best_val_loss": result.best_val_loss if validated else None,
+                "best_val_ppl": result.best_val_ppl if validated else None,
+                "best_val_bleu": result.best_val_bleu, "best_step": result.best_step,
+                "best_epoch": result.best_epoch, "elapsed": progress.elapsed_seconds,
+            })
+        return result
+
+
+def _grad_norm(model) -> float:
+    norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+def train(
+    config: RunConfig,
+    run_dir: str | Path,
+    resume: bool = False,
+    show_progress: bool = True,
+    verbose: bool = True,
+) -> TrainResult:
+    """Train ``config`` into ``run_dir`` in this process (joining a torchrun group when there is one)."""
+    context = init_distributed()
+    return Trainer(config, run_dir, resume=resume, show_progress=show_progress, context=context, verbose=verbose).run()
