@@ -33,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from attnmt.files import atomic_writer, write_text_atomic
 
@@ -229,10 +232,6 @@ def plot_attention(
     ``annotate`` writes each weight in its cell (default: when both sides have ≤ 12 tokens).
     Raises ValueError when the shape does not match the token counts.
     """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     target = Path(path)
     chosen_format = _plot_format(target, fmt)
     matrix = _as_matrix(weights)

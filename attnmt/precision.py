@@ -11,10 +11,9 @@ from __future__ import annotations
 import torch
 
 from attnmt.errors import ConfigError
+from attnmt.names import PRECISIONS
 
 __all__ = ["PRECISIONS", "autocast", "check_precision"]
-
-PRECISIONS = ("fp32", "bf16")
 
 
 def check_precision(precision, name: str = "precision") -> str:

@@ -24,6 +24,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from sacrebleu.metrics import BLEU
+
+from attnmt.plotting import merge_subwords
 
 from attnmt.special_tokens import BOS_ID
 
@@ -73,10 +76,6 @@ def view_examples(
     ``heads`` {"average", per-head matrices} (module docstring), and ``meta``: sentence BLEU
     (sacrebleu, against the reference), the log-probability of the output and the beam size.
     """
-    from sacrebleu.metrics import BLEU
-
-    from attnmt.plotting import merge_subwords
-
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
     beam = translator.search.beam if beam is None else beam

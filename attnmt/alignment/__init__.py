@@ -15,7 +15,7 @@ The link files themselves (Pharaoh, NAACL; reading, writing, range checks) are d
 ``attnmt.data.links``, re-exported here.
 
 Every public name is importable from ``attnmt.alignment``; submodules load on first use, so the
-command line can read the choice lists in ``attnmt.alignment.names`` without loading NumPy.
+command line can read the choice lists in ``attnmt.names`` without loading NumPy.
 
 Conventions: attention weights are ``[len(tgt), len(src)]`` (rows = target words, as a decoder
 attends); links are ``(i_src, j_tgt)``, 0-based, source first (Pharaoh ``i-j``).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnmt.alignment.names import GOLD_FORMATS, LINK_METHODS, SCORINGS
+from attnmt.names import GOLD_FORMATS, LINK_METHODS, SCORINGS
 
 _SUBMODULE_OF = {
     "EMBED_METHOD": "embed",

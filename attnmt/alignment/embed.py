@@ -37,6 +37,9 @@ from collections import Counter
 from typing import Sequence
 
 import numpy as np
+import scipy.sparse as sparse
+from scipy.sparse.linalg import LinearOperator, svds
+from tqdm import tqdm
 
 from attnmt.alignment.vectors import WordVectors
 from attnmt.errors import ConfigError, DataError
@@ -63,9 +66,6 @@ def build_vocabulary(sentences: Sequence[Sequence[str]], min_count: int) -> list
 
 def _incidence(sentences: Sequence[Sequence[str]], index: dict[str, int], progress, label: str):
     """``X: [N, V]`` CSR with ``X[n, w] = 1`` when word w occurs in sentence n."""
-    import scipy.sparse as sparse
-    from tqdm import tqdm
-
     pointers = np.zeros(len(sentences) + 1, np.int64)
     columns: list[int] = []
     for row, sentence in enumerate(tqdm(sentences, desc=f"counting {label}", unit=" pairs",
@@ -97,15 +97,11 @@ def association_matrix(counts, src_frequency: np.ndarray, tgt_frequency: np.ndar
     coo = counts.tocoo()
     denominator = np.sqrt(src_frequency[coo.row] * tgt_frequency[coo.col])
     values = (coo.data / np.where(denominator > 0, denominator, 1.0)).astype(np.float32)
-    import scipy.sparse as sparse
-
     return sparse.csr_matrix((values, (coo.row, coo.col)), shape=counts.shape)
 
 
 def _counted_operator(matrix, bar):
     """``matrix`` as a LinearOperator that advances a progress bar at every product ARPACK asks for."""
-    from scipy.sparse.linalg import LinearOperator
-
     transposed = matrix.T.tocsr()
 
     class _Counted(LinearOperator):
@@ -136,9 +132,6 @@ def truncated_svd(matrix, k: int, seed: int, progress: bool = False):
 
     Returns ``(U [m, k], s [k], V [n, k])`` with ``matrix ≈ U diag(s) Vᵀ``.
     """
-    from scipy.sparse.linalg import svds
-    from tqdm import tqdm
-
     with tqdm(desc=f"SVD (k={k}, matrix-vector products)", unit=" products", disable=not progress,
               mininterval=0.5) as bar:
         u, s, vt = svds(_counted_operator(matrix, bar), k=k, random_state=np.random.default_rng(seed))

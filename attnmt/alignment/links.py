@@ -29,8 +29,10 @@ from __future__ import annotations
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
+from tqdm import tqdm
 
-from attnmt.alignment.names import LINK_METHODS
+from attnmt.names import LINK_METHODS
 
 __all__ = [
     "LINK_METHODS",
@@ -153,8 +155,6 @@ def itermax_links(weights, max_iterations: int = 2, discount: float = 0.9) -> Li
 
 def match_links(weights) -> Links:
     """The one-to-one matching of largest total weight (``linear_sum_assignment``); zero-weight pairs dropped."""
-    from scipy.optimize import linear_sum_assignment
-
     matrix = _as_weights(weights)
     if matrix.size == 0:
         return set()
@@ -199,8 +199,6 @@ def align_corpus(
     decode the given target. Pairs with an empty side get no links and do not call ``weight_fn``.
     Raises ValueError when the two lists differ in length or a returned matrix has the wrong shape.
     """
-    from tqdm import tqdm
-
     if method not in _EXTRACTORS:
         raise ValueError(f"unknown link method {method!r}; choose one of {', '.join(LINK_METHODS)}")
     if len(src_sentences) != len(tgt_sentences):

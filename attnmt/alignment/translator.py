@@ -59,10 +59,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
+from attnmt.alignment.links import align_corpus
+from attnmt.data import batches_for_inference
 from attnmt.errors import ConfigError
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.special_tokens import UNK_ID
+from attnmt.translator import Translator
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -264,8 +269,6 @@ class TranslatorAligner:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
     ):
-        from attnmt.translator import Translator
-
         self.translator = run if isinstance(run, Translator) else Translator.load(run, checkpoint, num_threads)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"TranslatorAligner: max_tokens must be a positive integer, got {max_tokens!r}")
@@ -382,8 +385,6 @@ class TranslatorAligner:
         progress: bool = False,
     ) -> list[set[tuple[int, int]]]:
         """Links ``(i_src, j_tgt)`` of every pair: :meth:`precompute`, then ``align_corpus`` with ``method``."""
-        from attnmt.alignment.links import align_corpus
-
         if len(src_sentences) != len(tgt_sentences):
             raise ValueError(
                 f"align: {len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences"
@@ -398,10 +399,6 @@ class TranslatorAligner:
         progress: bool,
     ) -> Iterator[tuple[int, ForcedAttention]]:
         """(pair index, ForcedAttention) for every pair with two non-empty sides, batch by batch."""
-        import torch
-
-        from attnmt.data import batches_for_inference
-
         if len(src_sentences) != len(tgt_sentences):
             raise ValueError(
                 f"{len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences"
@@ -429,8 +426,6 @@ class TranslatorAligner:
         model = self.translator.model
         bar = None
         if progress:
-            from tqdm.auto import tqdm
-
             bar = tqdm(total=len(live), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5)
         was_training = model.training
         model.eval()

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from attnmt.files import write_text_atomic
 from attnmt.errors import DataError
+from attnmt.files import write_text_atomic
 
 __all__ = [
     "WordVectors",
@@ -194,8 +196,6 @@ def _parse_vec(handle: Iterable[str], path: Path, max_words: int | None) -> Word
 
 def _parse_numbers(rows: list[str], dim: int, path: Path) -> np.ndarray:
     """``[len(rows), dim]`` float32 from rows of ``dim`` space-separated numbers (line 2 = row 0)."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy warns (instead of failing) when it meets a non-number
         try:
@@ -331,8 +331,6 @@ def save_vector_dir(
     knows which file is the source side. Raises DataError when a file exists and ``overwrite``
     is False (checked for all three before anything is written).
     """
-    import json
-
     folder = Path(folder)
     if src_lang == tgt_lang:
         raise ValueError(f"save_vector_dir: src_lang and tgt_lang are both {src_lang!r}")
@@ -359,8 +357,6 @@ def load_vector_dir(folder: str | Path) -> tuple[WordVectors, WordVectors, dict]
     Returns ``(src_vectors, tgt_vectors, info)``. Without ``vectors.json`` the source is
     ``en.vec`` and the target ``fr.vec``. Raises DataError when the folder or a file is missing.
     """
-    import json
-
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder of word vectors")

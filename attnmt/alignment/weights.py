@@ -40,8 +40,9 @@ from typing import Sequence
 
 import numpy as np
 
-from attnmt.alignment.names import SCORINGS
+from attnmt.names import SCORINGS
 from attnmt.alignment.vectors import WordVectors
+from attnmt.attention.reference import scaled_dot_product_attention
 from attnmt.errors import DataError
 
 __all__ = [
@@ -131,8 +132,6 @@ def vector_attention(
     src_vectors: [S, d] (keys and values), tgt_vectors: [T, d] (queries). ``output`` is the
     attention's context vectors, ``weights @ src_vectors``. Empty sentences give empty matrices.
     """
-    from attnmt.attention.reference import scaled_dot_product_attention
-
     keys = np.asarray(src_vectors, dtype=np.float64)
     queries = np.asarray(tgt_vectors, dtype=np.float64)
     if keys.ndim != 2 or queries.ndim != 2 or keys.shape[1] != queries.shape[1]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.alignment.names import GOLD_FORMATS, LINK_METHODS
+from attnmt.names import GOLD_FORMATS, LINK_METHODS
 from attnmt.commands.align_words import add_scoring_arguments
 
 # Options that only mean something for one of the two sources of weights (checked in run).

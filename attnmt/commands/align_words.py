@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.alignment.names import LINK_METHODS, SCORINGS
+from attnmt.names import LINK_METHODS, SCORINGS
 
 
 def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.precision import PRECISIONS
+from attnmt.names import PRECISIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnmt.precision import PRECISIONS
+from attnmt.names import PRECISIONS
 
 STDIN_CHUNK = 512  # lines translated at once from standard input
 

@@ -5,7 +5,7 @@
     make_batches                   ->  Batch (src, tgt_in, tgt_out, masks), bucketed by length
 
 ``DataConfig`` (``attnmt.data.config``) is the ``data:`` section of a training config and
-``load_split`` reads a split it names. torch is imported only when batches are built.
+``load_split`` reads a split it names.
 """
 
 from attnmt.data.batching import (

@@ -31,14 +31,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
-
-if TYPE_CHECKING:
-    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +94,6 @@ def collate(
     indices: Sequence[int],
 ) -> Batch:
     """Build the Batch of the pairs at ``indices`` (ids without specials; EOS/BOS are added here)."""
-    import torch
-
     indices = [int(i) for i in indices]
     if not indices:
         raise ValueError("collate: indices is empty; a batch needs at least one pair")

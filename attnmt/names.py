@@ -1,4 +1,8 @@
-"""The names the alignment commands offer as choices, importable without NumPy (keeps `attnmt --help` fast)."""
+"""The names the command line offers as choices, importable without torch or NumPy (keeps
+``attnmt --help`` fast). Each list belongs to the module named beside it, which imports it from here."""
+
+#: numeric precisions of training and search (see attnmt.precision)
+PRECISIONS = ("fp32", "bf16")
 
 #: ways of turning attention weights into links (see attnmt.alignment.links)
 LINK_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final", "itermax", "match")
