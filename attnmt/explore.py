@@ -1,7 +1,7 @@
 """Numeric demonstrations of what single-query scaled dot-product attention can compute.
 
-Seed 003 §1 asks four questions about one query q: [d] attending over m keys k_i: [d] with
-values v_i: [d_v]:
+Four questions about one query q: [d] attending over m keys k_i: [d] with values v_i: [d_v], in
+the scaled dot-product attention of Vaswani et al. (2017):
 
     α_i = exp(q·k_i / √d) / Σ_j exp(q·k_j / √d)        a = Σ_i α_i v_i
 
@@ -181,7 +181,7 @@ class CopyResult:
 
     def report(self) -> str:
         heading = (
-            f"copy (task 1.1): can one query make the output equal to one value v_{self.target}?\n"
+            f"copy: can one query make the output equal to one value v_{self.target}?\n"
             f"  {self.num_keys} random unit keys in d = {self.dim}, query q = c·k_{self.target}; "
             f"largest cosine of another key with k_{self.target}: {self.max_other_cosine:.3f}"
         )
@@ -291,7 +291,7 @@ class AverageResult:
     def report(self) -> str:
         a, b = self.pair
         heading = (
-            f"average (task 1.2): can one query make the output the average of two values?\n"
+            f"average: can one query make the output the average of two values?\n"
             f"  {self.num_keys} orthonormal keys in d = {self.dim}, query q = c·(k_{a} + k_{b}), "
             f"target (v_{a} + v_{b})/2"
         )
@@ -467,7 +467,7 @@ class NoisyResult:
     def report(self) -> str:
         a, b = self.pair
         heading = (
-            f"noisy (task 1.3): does the average survive keys of random length?\n"
+            f"noisy: does the average survive keys of random length?\n"
             f"  {self.num_keys} keys k_i = λ_i·μ_i (μ orthonormal, d = {self.dim}), "
             f"λ_i ~ N(1, β²) with β the standard deviation; q = c·(μ_{a} + μ_{b}), "
             f"c = {_scale(self.scale)} (c/√d = {_scale(self.logit_scale)}); "
@@ -508,7 +508,7 @@ class NoisyResult:
 
 @dataclass(frozen=True)
 class MultiheadResult:
-    """The noisy keys of task 1.3 seen by one head and by two heads (same resamplings of λ).
+    """The noisy keys of the noisy demo seen by one head and by two heads (same resamplings of λ).
 
     single: q = c·(μ_a + μ_b); two_heads: q₁ = c·μ_a, q₂ = c·μ_b, a = (a₁ + a₂)/2.
     """
@@ -558,7 +558,7 @@ class MultiheadResult:
     def report(self) -> str:
         a, b = self.pair
         heading = (
-            f"multihead (task 1.4): do two heads average the noisy keys reliably?\n"
+            f"multihead: do two heads average the noisy keys reliably?\n"
             f"  same keys and {self.samples} resamplings as 'noisy'; one head q = c·(μ_{a} + μ_{b}) "
             f"against two heads q₁ = c·μ_{a}, q₂ = c·μ_{b}, a = (a₁ + a₂)/2, "
             f"c = {_scale(self.scale)} (c/√d = {_scale(self.logit_scale)})"
@@ -716,7 +716,7 @@ def noisy_demo(
 ) -> NoisyResult:
     """One head over noisy keys k_i = λ_i·μ_i, λ_i ~ N(1, β²) (β = standard deviation).
 
-    The query is task 1.2's, q = c·(μ_a + μ_b), so q·k_a = c·λ_a, q·k_b = c·λ_b and
+    The query is the average demo's, q = c·(μ_a + μ_b), so q·k_a = c·λ_a, q·k_b = c·λ_b and
     α_a/α_b = exp(c·(λ_a − λ_b)/√d). μ and the values are fixed; λ is resampled ``samples``
     times per β. ``scale`` is c (default DEFAULT_NOISY_LOGIT_SCALE·√d).
     """

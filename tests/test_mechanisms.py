@@ -207,7 +207,7 @@ def test_registry_names_and_aliases():
     assert canonical_name("sdp") == "scaled_dot"
     assert canonical_name("Bahdanau") == "additive" and canonical_name("concat") == "additive"
     assert type(build_attention("sdp", 4, 4)) is type(build_attention("scaled_dot", 4, 4))
-    assert build_attention("scaled_dot", 4, 4).kq_dim == 512  # seed 003's default
+    assert build_attention("scaled_dot", 4, 4).kq_dim == 512  # the default size of the projections
 
 
 def test_unknown_name_lists_the_known_ones():

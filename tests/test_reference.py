@@ -167,7 +167,7 @@ def test_bad_masks_raise_errors_naming_the_mask_and_shapes():
         reference.scaled_dot_product_attention(q.astype(complex), k, v)
 
 
-# --- general attention (seed 002) --------------------------------------------------------------
+# --- general attention (Luong et al. 2015) ----------------------------------------------------------
 
 
 def test_general_attention_projects_words_into_queries_keys_and_values():

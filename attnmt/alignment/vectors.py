@@ -5,10 +5,10 @@ Two file formats are read:
 * **fastText ``.vec`` text** (also gzip-compressed): a header line ``count dim``, then one word a
   line followed by its ``dim`` numbers, separated by single spaces. This is what ``attnmt embed``
   writes and what the aligned fastText vectors (e.g. ``wiki.en.align.vec``) are distributed as.
-* **the seed's format**: a pickled ``dict`` word → row index plus an ``.npz`` archive holding an
+* **pickle + npz**: a pickled ``dict`` word → row index plus an ``.npz`` archive holding an
   ``embeddings`` array ``[V, d]``. Pickle can run code while loading: only open files you trust.
 
-Sentences are tokenized as in the seed: lower-cased and split on spaces (``str.split()``, so
+Sentences are tokenized simply: lower-cased and split on spaces (``str.split()``, so
 runs of spaces or a trailing space never make empty tokens). A word missing from the vocabulary
 gets the zero vector and is reported back to the caller (``lookup`` returns the unknown words).
 """
@@ -43,7 +43,7 @@ __all__ = [
 
 
 def tokenize(sentence: str) -> list[str]:
-    """The seed's tokenization: lower-case, then split on spaces (no empty tokens)."""
+    """Tokenization for word vectors: lower-case, then split on spaces (no empty tokens)."""
     return sentence.lower().split()
 
 
@@ -241,7 +241,7 @@ def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False,
 
 
 def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
-    """Read the seed's format: a pickled ``{word: row}`` dict and an ``.npz`` with ``embeddings``.
+    """Read the pickle + npz format: a pickled ``{word: row}`` dict and an ``.npz`` with ``embeddings``.
 
     Only rows named by the dictionary are kept, in order of row index. Raises DataError naming
     the file when it is missing, is not a dict of str → int, lacks the ``embeddings`` array, or
@@ -289,7 +289,7 @@ def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) ->
 
 
 def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:
-    """Load vectors from one ``.vec`` file, or from the seed's ``.pkl`` dict plus ``.npz`` matrix.
+    """Load vectors from one ``.vec`` file, or from a ``.pkl`` dict plus ``.npz`` matrix.
 
     ``paths`` is one path (fastText text) or two paths in any order, one ending in ``.npz``.
     """

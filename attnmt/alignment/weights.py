@@ -1,4 +1,4 @@
-"""Alignment weights from word vectors: target words attend over source words (seed 000).
+"""Alignment weights from word vectors: target words attend over source words.
 
 Every target word j asks "which source word am I?" with its vector as the query; the source
 words' vectors are the keys (and values):
@@ -11,7 +11,7 @@ computed by ``attnmt.attention.reference.scaled_dot_product_attention``. The ori
 
 Two scorings (:class:`VectorScoring`):
 
-* ``seed``: the seed's formula as it stands, raw vectors and scale = 1/√d.
+* ``seed``: the plain formula of scaled dot-product attention (Vaswani et al. 2017): raw vectors, scale = 1/√d.
 * ``cosine`` (the default): vectors scaled to unit length, scale = 1/τ, plus a distortion prior.
   Raw dot products let the longest vectors (frequent words with many co-occurrences) win almost
   every row; cosines compare directions only. τ sets how peaked a row is, which matters for
@@ -68,7 +68,7 @@ class VectorScoring:
     """How vector attention scores a (target, source) pair.
 
     normalize: ``"cosine"`` (unit vectors) or ``"none"`` (raw dot products).
-    temperature: scores are divided by it; None means √d (the seed's scale).
+    temperature: scores are divided by it; None means √d (the scale of Vaswani et al. 2017).
     distortion: κ ≥ 0 of the prior −κ (t_j − s_i)² on relative positions (0 = none).
     """
 
@@ -86,7 +86,7 @@ class VectorScoring:
 
     @classmethod
     def seed(cls) -> "VectorScoring":
-        """The seed's formula: softmax(Q Kᵀ / √d) on raw vectors, no prior."""
+        """The plain formula: softmax(Q Kᵀ / √d) on raw vectors, no prior."""
         return cls(normalize="none", temperature=None, distortion=0.0)
 
     @classmethod

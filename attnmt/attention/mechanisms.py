@@ -201,7 +201,7 @@ class Attention(nn.Module):
 class NoAttention(Attention):
     """``none``: attends to nothing. context = 0 [B, Dv], weights = 0 [B, S].
 
-    The baseline of seed 003: the decoder sees the source only through its initial state.
+    The no-attention baseline: the decoder sees the source only through its initial state.
     """
 
     def attend(self, query, prepared, step=None):
@@ -236,7 +236,7 @@ class DotAttention(Attention):
 
 
 class ScaledDotAttention(Attention):
-    """``scaled_dot`` / ``sdp`` (seed 003, task 2.1): projected single-query scaled dot-product.
+    """``scaled_dot`` / ``sdp``: projected single-query scaled dot-product (Vaswani et al. 2017).
 
         q = W_q h + b_q,  k_s = W_k h̄_s + b_k,  v_s = h̄_s,   e_s = q·k_s / √kq_dim
 

@@ -1,9 +1,9 @@
-"""Align the words of one sentence pair with vector attention (seed 000) and show the links.
+"""Align the words of one sentence pair with vector attention and show the links.
 
 Each target word attends over the source words: weights = softmax(Q K^T * scale), with the target
 words' vectors as queries Q and the source words' vectors as keys K. The default scoring uses
 unit-length vectors, a temperature and a preference for links near the diagonal (tuned on the
-HLT-NAACL 2003 trial set); --scoring seed is the seed's plain formula softmax(Q K^T / sqrt(d)).
+HLT-NAACL 2003 trial set); --scoring seed is the plain formula softmax(Q K^T / sqrt(d)).
 Prints the weight matrix shape, the links as word pairs and the unknown words (they get a zero
 vector); --plot writes the heatmap.
 Example: attnmt align-words --src-vectors vec/en.vec --tgt-vectors vec/fr.vec
@@ -42,7 +42,7 @@ def scoring_from_arguments(args: argparse.Namespace):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src-vectors", required=True, nargs="+", metavar="FILE",
-                        help="source word vectors: a fastText .vec file, or the seed's word2int .pkl and "
+                        help="source word vectors: a fastText .vec file, or a word2int .pkl and "
                         "embeddings .npz")
     parser.add_argument("--tgt-vectors", required=True, nargs="+", metavar="FILE",
                         help="target word vectors, in the same space and format choices")

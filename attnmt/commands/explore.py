@@ -1,5 +1,5 @@
 """Numeric demonstrations of what single-query scaled dot-product attention can compute
-(seed 003 §1): copying one value, averaging two, how noisy keys break the single-head average,
+(Vaswani et al. 2017): copying one value, averaging two, how noisy keys break the single-head average,
 and how two heads repair it. Each demo prints the question, a table of numbers and a conclusion
 drawn from them; --plot DIR also writes DIR/copy.png, average.png, noisy.png and multihead.png
 (one PNG per demo run)."""

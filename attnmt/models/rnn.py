@@ -1,13 +1,13 @@
-"""The RNN encoder–decoder of seed 003, with attention from the registry, in three decoder flows.
+"""An RNN encoder–decoder with attention from the registry, in three decoder flows.
 
-Read top to bottom: the config, the encoder (eqs. 3–8), the three decoder flows (eqs. 9–12 and
-the Bahdanau / Luong variants of seed 002), then the incremental-decoding interface that search
+Read top to bottom: the config, the encoder, the three decoder flows (a parallel one, and those of
+Bahdanau et al. 2015 and Luong et al. 2015), then the incremental-decoding interface that search
 uses. Shapes are batch-first: B sentences, S source positions, T target positions, E = embed_dim,
 H = hidden_dim (decoder), H_e = encoder hidden size per direction, D_c = the attention's context
 size (its ``output_dim``; the encoder state size 2·H_e for every mechanism of the registry), V =
 target vocabulary.
 
-Encoder (seed 003, eqs. 3–7), a bidirectional LSTM (or GRU) over the source::
+Encoder, a bidirectional LSTM (or GRU) over the source::
 
     z_t       = W_e w_t                                          embeddings           [B, S, E]
     h→_t      = LSTM→(z_t, h→_{t-1}),   h←_t = LSTM←(z_t, h←_{t+1})
@@ -20,12 +20,12 @@ h←_t starts at the last real token; h→_S is the forward state at the *last r
 sentence and h←_1 the backward state at the first. (``pack_padded_sequence`` gives the same
 numbers, but its backward pass on CPU costs several times more.) Decoder layer l is initialised
 from encoder layer ``max(0, L_e − L_d + l)`` (the top layers face each other); an LSTM's memory
-cell starts at 0 (eq. 8 initialises only h).
+cell starts at 0 (h_sent initialises only h).
 
 Decoder, three flows (``RNNConfig.flow``); b_i = W_d m_i is the embedding of the previous target
 token (BOS at i = 0), Attn is any registry mechanism with keys = values = the encoder states:
 
-``parallel`` (seed 003, eqs. 8–12, the default)::
+``parallel`` (the default: the attention reads the current state and feeds only the output)::
 
     h_0 = h_sent;   h_i = LSTM(b_i, h_{i-1});   a_i = Attn(h_i, h̄_1..S)
     P(m_{i+1} | m_≤i, w) = softmax(W_o [a_i; h_i] + b_o)
@@ -34,12 +34,12 @@ token (BOS at i = 0), Attn is any registry mechanism with keys = values = the en
   the whole target in one fused call and asks the attention all T queries in one batched
   ``attend(query [B, T, H])`` — no Python loop over time.
 
-``bahdanau`` (Bahdanau et al. 2015, seed 002): the query is the *previous* state, the context
+``bahdanau`` (Bahdanau et al. 2015): the query is the *previous* state, the context
 is an input of the recurrence::
 
     c_i = Attn(s_{i-1}, h̄);   s_i = LSTM([b_i; c_i], s_{i-1});   P = softmax(W_o [c_i; s_i] + b_o)
 
-``luong`` (Luong et al. 2015, seed 002, with input feeding)::
+``luong`` (Luong et al. 2015, with input feeding)::
 
     h_i = LSTM([b_i; h̃_{i-1}], h_{i-1});   c_i = Attn(h_i, h̄);   h̃_i = tanh(W_c [c_i; h_i]);
     P = softmax(W_s h̃_i + b_s),   h̃_0 = 0
@@ -102,7 +102,7 @@ class RNNConfig:
     cell                "lstm" or "gru"
     attention           a registry name (``attnmt.attention.ATTENTION_TYPES``), aliases allowed
     attention_options   keyword options of that mechanism, e.g. {"kq_dim": 256} for scaled_dot
-    flow                "parallel" (seed 003), "bahdanau" or "luong" (seed 002)
+    flow                "parallel", "bahdanau" (Bahdanau et al. 2015) or "luong" (Luong et al. 2015)
     tie_embeddings      output weights = target embeddings (projecting to E first if needed)
     output_embedding    also feed the previous target embedding b_i to the output layer
     """
