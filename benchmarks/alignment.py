@@ -1,7 +1,7 @@
 """How well does vector attention align words? AER on the HLT-NAACL 2003 English–French gold.
 
 Question: with English and French vectors built by ``attnmt embed`` from the 220k Hansards pairs,
-what alignment error rate does vector attention (seed 000) reach with each way of turning
+what alignment error rate does vector attention reach with each way of turning
 weights into links, and how much do the scoring choices (cosine + temperature + distortion prior)
 add over the seed's plain formula softmax(F Eᵀ/√d)?
 
@@ -226,7 +226,7 @@ def vector_main(args) -> int:
     print(f"data: {json.dumps(checks)}")
 
     write_section(Path(args.out), "vector", {
-        "question": "AER of vector attention (seed 000) with vectors from `attnmt embed` on the Hansards",
+        "question": "AER of vector attention with vectors from `attnmt embed` on the Hansards",
         "embedding": {
             **{key: value for key, value in info.items()
                if key not in ("src_corpus", "tgt_corpus", "singular_values", "src_file", "tgt_file")},

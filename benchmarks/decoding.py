@@ -12,7 +12,7 @@ largest batch size. A second table counts the decoder's work, rows × steps of `
 it: that work at the decoder's best time per row (its fullest batched steps) is a floor under any
 batched search, and the one-at-a-time time over that floor a ceiling on the speed-up.
 
-Question 2 (seed 003's beam sizes B = 1, 5, 10, 20, 50; ``--beams``): sentences and output tokens
+Question 2 (beam sizes B = 1, 5, 10, 20, 50; ``--beams``): sentences and output tokens
 per second of the batched search at the largest batch size.
 
     python benchmarks/decoding.py --run runs/sdp          # a trained run (Translator.load), real sentences

@@ -10,7 +10,7 @@ OUT=${DEMO_OUT:-demo}
 MINUTES=${DEMO_MINUTES:-5}
 mkdir -p "$OUT"
 
-echo "== 1. What can one attention head compute? (seed 003 §1) =="
+echo "== 1. What can one attention head compute? =="
 "$ATTNMT" explore all --plot "$OUT/explore"
 
 echo
