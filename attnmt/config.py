@@ -12,7 +12,7 @@ A run is described by one YAML file::
     training:  # TrainingConfig below
       lr: 0.001
       max_epochs: 20
-    search:    # SearchConfig below: defaults of greedy/beam decoding for this run
+    search:    # attnmt.search.SearchConfig: defaults of greedy/beam decoding for this run
       max_len_a: 1.5
 
 Every section may be left out (its defaults apply; ``model`` defaults to ``{type: rnn}``). An
@@ -26,29 +26,22 @@ plain dict (``RunConfig.to_dict()``), so a run can be re-created from either.
 from __future__ import annotations
 
 import copy
-import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from attnmt.checks import dataclass_from_dict, is_int, is_number
 from attnmt.data.config import DataConfig
 from attnmt.errors import ConfigError
 from attnmt.models import ModelConfig, model_config
 from attnmt.precision import check_precision
+from attnmt.search import SearchConfig
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -128,49 +121,49 @@ class TrainingConfig:
         def fail(key: str, wanted: str) -> None:
             raise ConfigError(f"training.{key}: must be {wanted}, got {getattr(self, key)!r}")
 
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             fail("seed", "an integer >= 0")
-        if not _is_number(self.lr) or self.lr <= 0:
+        if not is_number(self.lr) or self.lr <= 0:
             fail("lr", "a number > 0")
         for key in ("max_epochs", "log_every", "eval_every", "checkpoint_every"):
-            if not _is_int(getattr(self, key)) or getattr(self, key) < 1:
+            if not is_int(getattr(self, key)) or getattr(self, key) < 1:
                 fail(key, "an integer >= 1")
         for key in ("max_steps", "num_threads"):
             value = getattr(self, key)
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 fail(key, "an integer >= 1 or null")
-        if self.max_minutes is not None and (not _is_number(self.max_minutes) or self.max_minutes <= 0):
+        if self.max_minutes is not None and (not is_number(self.max_minutes) or self.max_minutes <= 0):
             fail("max_minutes", "a number > 0 or null")
-        if self.clip_norm is not None and (not _is_number(self.clip_norm) or self.clip_norm <= 0):
+        if self.clip_norm is not None and (not is_number(self.clip_norm) or self.clip_norm <= 0):
             fail("clip_norm", "a number > 0 or null")
         if self.lr_schedule not in LR_SCHEDULES:
             fail("lr_schedule", f"one of {', '.join(LR_SCHEDULES)}")
-        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+        if not is_int(self.warmup_steps) or self.warmup_steps < 0:
             fail("warmup_steps", "an integer >= 0")
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps < 1:
             fail("warmup_steps", "an integer >= 1 with lr_schedule: inverse_sqrt")
-        if not _is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
+        if not is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
             fail("label_smoothing", "a number in [0, 1)")
-        if not _is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
+        if not is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
             fail("lr_decay", "a number in (0, 1]")
-        if not _is_int(self.lr_patience) or self.lr_patience < 0:
+        if not is_int(self.lr_patience) or self.lr_patience < 0:
             fail("lr_patience", "an integer >= 0")
-        if not _is_number(self.min_lr) or self.min_lr < 0:
+        if not is_number(self.min_lr) or self.min_lr < 0:
             fail("min_lr", "a number >= 0")
         if self.early_stopping_patience is not None and (
-            not _is_int(self.early_stopping_patience) or self.early_stopping_patience < 1
+            not is_int(self.early_stopping_patience) or self.early_stopping_patience < 1
         ):
             fail("early_stopping_patience", "an integer >= 1 or null")
-        if self.bleu_max_sentences is not None and (not _is_int(self.bleu_max_sentences) or self.bleu_max_sentences < 0):
+        if self.bleu_max_sentences is not None and (not is_int(self.bleu_max_sentences) or self.bleu_max_sentences < 0):
             fail("bleu_max_sentences", "an integer >= 0 or null")
-        if not _is_int(self.examples) or self.examples < 0:
+        if not is_int(self.examples) or self.examples < 0:
             fail("examples", "an integer >= 0")
         check_precision(self.precision, "training.precision")
-        if not _is_number(self.guide_weight) or self.guide_weight <= 0:
+        if not is_number(self.guide_weight) or self.guide_weight <= 0:
             fail("guide_weight", "a number > 0")
         for key in ("guide_layer", "guide_head"):
             value = getattr(self, key)
-            if value is not None and (not _is_int(value) or value == 0):
+            if value is not None and (not is_int(value) or value == 0):
                 fail(key, "a non-zero integer (from 1, or negative from the end) or null")
         if not isinstance(self.guide_shift, bool):
             fail("guide_shift", "true or false")
@@ -183,65 +176,10 @@ class TrainingConfig:
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "TrainingConfig":
-        return _dataclass_from_dict(cls, values, "training")
+        return dataclass_from_dict(cls, values, "training")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class SearchConfig:
-    """Defaults of decoding with this run (the ``search:`` section); the CLI may override the beam.
-
-    beam        1 = greedy search
-    alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
-    max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens
-    batch_size  sentences decoded at once
-    precision   "fp32", or "bf16": the search's matrix products under CPU bfloat16 autocast
-                (log-probabilities and scores stay float32 / float64); faster on CPUs with
-                AVX512-BF16 or AMX, and its outputs can differ from fp32 ones
-    """
-
-    beam: int = 1
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    batch_size: int = 64
-    precision: str = "fp32"
-
-    def __post_init__(self) -> None:
-        for key in ("beam", "batch_size"):
-            if not _is_int(getattr(self, key)) or getattr(self, key) < 1:
-                raise ConfigError(f"search.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
-        if not _is_int(self.max_len_b) or self.max_len_b < 0:
-            raise ConfigError(f"search.max_len_b: must be an integer >= 0, got {self.max_len_b!r}")
-        for key in ("alpha", "max_len_a"):
-            if not _is_number(getattr(self, key)) or getattr(self, key) < 0:
-                raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
-            setattr(self, key, float(getattr(self, key)))
-        check_precision(self.precision, "search.precision")
-
-    @classmethod
-    def from_dict(cls, values: dict | None) -> "SearchConfig":
-        return _dataclass_from_dict(cls, values, "search")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _dataclass_from_dict(cls, values: dict | None, section: str):
-    if values is None:
-        values = {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{section}: must be a mapping of keys to values, got {values!r}")
-    known = [f.name for f in fields(cls)]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"{section}: unknown key(s) {', '.join(map(repr, unknown))}; valid keys: {', '.join(known)}")
-    try:
-        return cls(**values)
-    except TypeError as error:  # pragma: no cover - keys were checked above
-        raise ConfigError(f"{section}: {error}") from None
 
 
 @dataclass

@@ -47,16 +47,62 @@ most probable token at every step, stopping at the first EOS).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import count
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from attnmt.checks import dataclass_from_dict, is_int, is_number
+from attnmt.errors import ConfigError
+from attnmt.precision import check_precision
 from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+__all__ = ["Hypothesis", "SearchConfig", "beam_search", "greedy_search", "length_penalty"]
+
+@dataclass
+class SearchConfig:
+    """Defaults of decoding (the ``search:`` section of a run config; the only place they are written):
+    the ``Translator`` takes one, and the functions below take their defaults from it.
+
+    beam        1 = greedy search
+    alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
+    max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens
+    batch_size  sentences decoded at once
+    precision   "fp32", or "bf16": the search's matrix products under CPU bfloat16 autocast
+                (log-probabilities and scores stay float32 / float64); faster on CPUs with
+                AVX512-BF16 or AMX, and its outputs can differ from fp32 ones
+    """
+
+    beam: int = 1
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    batch_size: int = 64
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        for key in ("beam", "batch_size"):
+            if not is_int(getattr(self, key)) or getattr(self, key) < 1:
+                raise ConfigError(f"search.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
+        if not is_int(self.max_len_b) or self.max_len_b < 0:
+            raise ConfigError(f"search.max_len_b: must be an integer >= 0, got {self.max_len_b!r}")
+        for key in ("alpha", "max_len_a"):
+            if not is_number(getattr(self, key)) or getattr(self, key) < 0:
+                raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
+            setattr(self, key, float(getattr(self, key)))
+        check_precision(self.precision, "search.precision")
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "SearchConfig":
+        return dataclass_from_dict(cls, values, "search")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 
 # Done sentences leave beam search's tensors once they are this share of the sentences there.
 RETIRED_FRACTION = 0.1
@@ -148,10 +194,10 @@ def greedy_search(
     model,
     src: torch.Tensor,
     src_mask: torch.Tensor,
-    max_len_a: float = 1.5,
-    max_len_b: float = 10,
+    max_len_a: float = SearchConfig.max_len_a,
+    max_len_b: float = SearchConfig.max_len_b,
     return_attention: bool = True,
-    alpha: float = 0.6,
+    alpha: float = SearchConfig.alpha,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, for all B sentences at once.
 
@@ -206,9 +252,9 @@ def beam_search(
     src: torch.Tensor,
     src_mask: torch.Tensor,
     beam_size: int = 5,
-    alpha: float = 0.6,
-    max_len_a: float = 1.5,
-    max_len_b: float = 10,
+    alpha: float = SearchConfig.alpha,
+    max_len_a: float = SearchConfig.max_len_a,
+    max_len_b: float = SearchConfig.max_len_b,
     n_best: int = 1,
     return_attention: bool = True,
 ) -> list[list[Hypothesis]]:

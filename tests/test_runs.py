@@ -4,7 +4,6 @@ translate, evaluate and resume, exactly as the same run in format 2; newer forma
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 import torch

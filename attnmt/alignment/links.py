@@ -26,7 +26,7 @@ Methods (:data:`LINK_METHODS`):
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
