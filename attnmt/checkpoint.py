@@ -10,12 +10,15 @@ A checkpoint is a plain dictionary saved with ``torch.save``::
     model             the model's state_dict (tensors)
     tokenizers        {file name: bytes} — the sentencepiece model files, so a checkpoint alone translates
     optimizer, scheduler   their state_dicts (training state; absent in a checkpoint for inference only)
-    rng               random generator states per rank (torch, numpy, python) for an exact resume
+    scaler            fp16 training's GradScaler state (only with training.precision: fp16)
+    rng               random generator states per rank (torch, CUDA, numpy, python) for an exact resume
     progress          {"step", "epoch", "batch_in_epoch", "elapsed_seconds", ..., "plateau": {...},
                       "window": {...}, "epoch_sums": {...}} (attnmt.training.statistics, .schedule)
     history           the metric records written so far (the lines of metrics.jsonl)
 
-Everything in it is a dict, list, tuple, str, bytes, number or tensor, so it loads with
+No device is stored: tensors load onto the CPU (``map_location``) and the model then moves to the
+device it runs on, so a run trained on a GPU continues, translates and evaluates on a CPU and the
+reverse. Everything in it is a dict, list, tuple, str, bytes, number or tensor, so it loads with
 ``torch.load(weights_only=True)``: loading never runs code from the file, and a checkpoint from an
 untrusted source cannot do more than fail to load.
 
@@ -44,6 +47,7 @@ FORMAT_VERSION = 2
 # Keys every checkpoint has; training checkpoints also carry the TRAINING_KEYS.
 REQUIRED_KEYS = ("format", "format_version", "attnmt_version", "model_type", "config", "model", "tokenizers")
 TRAINING_KEYS = ("optimizer", "scheduler", "rng", "progress", "history")
+OPTIONAL_KEYS = ("scaler",)  # fp16 training's GradScaler state
 
 
 def make_checkpoint(
@@ -66,11 +70,23 @@ def make_checkpoint(
         "model": model_state,
         "tokenizers": dict(tokenizers),
     }
-    unknown = set(training_state) - set(TRAINING_KEYS)
+    unknown = set(training_state) - set(TRAINING_KEYS) - set(OPTIONAL_KEYS)
     if unknown:
-        raise ValueError(f"make_checkpoint: unknown training state {sorted(unknown)}; known: {TRAINING_KEYS}")
+        raise ValueError(f"make_checkpoint: unknown training state {sorted(unknown)}; "
+                         f"known: {TRAINING_KEYS + OPTIONAL_KEYS}")
     checkpoint.update(training_state)
-    return checkpoint
+    return _on_cpu(checkpoint)
+
+
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in it on the CPU (a no-op for CPU tensors): no device in the file."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
 
 
 def save_checkpoint(checkpoint: dict, path: str | Path) -> Path:

@@ -35,6 +35,7 @@ import yaml
 
 from attnmt.checks import dataclass_from_dict, is_int, is_number
 from attnmt.data.config import DataConfig
+from attnmt.device import check_device_name
 from attnmt.errors import ConfigError
 from attnmt.models import ModelConfig, model_config
 from attnmt.precision import check_precision
@@ -75,10 +76,14 @@ class TrainingConfig:
     bleu_max_sentences       greedy validation BLEU on the first this many validation sentences
                              (null = all; 0 = no BLEU during training)
     examples                 attention heatmaps of this many fixed validation sentences per epoch
-    precision                "fp32", or "bf16": the training forward pass under CPU bfloat16 autocast
-                             (matrix products in bfloat16; weights, gradients, optimizer state, the
-                             loss and all validation stay float32); 1.3-1.6x the tokens/s on CPUs with
-                             AVX512-BF16 or AMX (benchmarks/training_speed.py); possibly slower on others
+    device                   where to train: auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N
+                             or mps (attnmt.device); under torchrun each rank takes its LOCAL_RANK GPU
+    precision                "fp32", "bf16" or "fp16": the forward pass under autocast on the device
+                             (matrix products in 16 bits; weights, gradients, optimizer state, the
+                             loss and all validation stay float32); fp16 scales the loss with a
+                             GradScaler saved in the checkpoint (attnmt.precision). bf16 gives
+                             1.3-1.6x the tokens/s on CPUs with AVX512-BF16 or AMX
+                             (benchmarks/training_speed.py), possibly less on others
     guide_weight             λ of the guided-alignment loss, used when ``data.train_links`` is set
                              (attnmt.models.losses): loss = CE + λ · Σ −A log a / target tokens
     guide_layer              the decoder layer whose attention is guided, from 1 (−1 = last; null =
@@ -107,6 +112,7 @@ class TrainingConfig:
     num_threads: int | None = None
     bleu_max_sentences: int | None = None
     examples: int = 3
+    device: str = "auto"
     precision: str = "fp32"
     guide_weight: float = 1.0
     guide_layer: int | None = None
@@ -158,6 +164,7 @@ class TrainingConfig:
             fail("bleu_max_sentences", "an integer >= 0 or null")
         if not is_int(self.examples) or self.examples < 0:
             fail("examples", "an integer >= 0")
+        check_device_name(self.device, "training.device")
         check_precision(self.precision, "training.precision")
         if not is_number(self.guide_weight) or self.guide_weight <= 0:
             fail("guide_weight", "a number > 0")

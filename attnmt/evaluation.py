@@ -55,15 +55,17 @@ class PerplexityResult:
 
 
 def likelihood_sums(model, batches: Iterable) -> tuple[float, int]:
-    """``(Σ −log p, number of real target tokens)`` of ``model`` on ``batches``, teacher forced,
-    in eval mode (no dropout; the mode is restored afterwards)."""
+    """``(Σ −log p, number of real target tokens)`` of ``model`` on ``batches``, teacher forced on
+    the model's device, in eval mode (no dropout; the mode is restored afterwards)."""
     was_training = model.training
+    device = next(model.parameters()).device
     model.eval()
     total_nll = 0.0
     total_tokens = 0
     try:
         with torch.no_grad():
             for batch in batches:
+                batch = batch.to(device)
                 logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, tgt_mask=batch.tgt_mask)
                 _, nll_sum, count = token_losses(logits, batch.tgt_out, batch.tgt_mask)
                 total_nll += float(nll_sum)

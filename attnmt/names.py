@@ -2,7 +2,10 @@
 ``attnmt --help`` fast). Each list belongs to the module named beside it, which imports it from here."""
 
 #: numeric precisions of training and search (see attnmt.precision)
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+#: devices (see attnmt.device): auto, cpu, cuda, cuda:N or mps
+DEVICES_HELP = "auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps"
 
 #: ways of turning attention weights into links (see attnmt.alignment.links)
 LINK_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final", "itermax", "match")

@@ -1,9 +1,11 @@
-"""Numeric precision of a model's matrix products: one name list, one check, one autocast.
+"""Numeric precision of a model's matrix products: one name list, one check, one autocast, one scaler.
 
-``fp32`` runs everything in float32. ``bf16`` runs the matrix products under bfloat16 autocast;
-weights, gradients, optimizer state, losses and log-probabilities stay float32
-(``attnmt.models.common.log_probabilities``), so training and search keep float32 numerics where
-it matters and run their products about 1.3–2× faster on CPUs with AVX512-BF16 or AMX.
+``fp32`` runs everything in float32. ``bf16`` and ``fp16`` run the matrix products under autocast
+in bfloat16 or float16, on whatever device runs them; weights, gradients, optimizer state, losses
+and log-probabilities stay float32 (``attnmt.models.common.log_probabilities``). fp16 has a narrow
+range, so its training scales the loss by a dynamic factor (``torch.amp.GradScaler``) whose state
+is saved with the checkpoint; bf16 has float32's range and needs none. On CPUs with AVX512-BF16 or
+AMX, bf16 runs the products 1.3–2× faster; on GPUs both 16-bit types use the tensor cores.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import torch
 from attnmt.errors import ConfigError
 from attnmt.names import PRECISIONS
 
-__all__ = ["PRECISIONS", "autocast", "check_precision"]
+__all__ = ["PRECISIONS", "autocast", "check_precision", "grad_scaler"]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def check_precision(precision, name: str = "precision") -> str:
@@ -25,4 +29,10 @@ def check_precision(precision, name: str = "precision") -> str:
 
 def autocast(precision: str, device_type: str = "cpu"):
     """The autocast context for ``precision`` on ``device_type`` (disabled for fp32)."""
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=check_precision(precision) == "bf16")
+    check_precision(precision)
+    return torch.autocast(device_type, dtype=_DTYPES.get(precision, torch.bfloat16), enabled=precision != "fp32")
+
+
+def grad_scaler(precision: str, device_type: str = "cpu") -> torch.amp.GradScaler:
+    """A loss scaler, enabled only for fp16 (for fp32 and bf16 every call passes through unchanged)."""
+    return torch.amp.GradScaler(device_type, enabled=check_precision(precision) == "fp16")

@@ -44,10 +44,10 @@ METRICS = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_NAMES = {"best": BEST, "last": LAST}
 
-# Training keys a resumed run may change: the limits, and how often it reports.
+# Training keys a resumed run may change: the limits, how often it reports, and where it runs.
 RESUMABLE_CHANGES = {
     "max_epochs", "max_steps", "max_minutes", "log_every", "checkpoint_every", "num_threads",
-    "bleu_max_sentences", "examples",
+    "bleu_max_sentences", "examples", "device",
 }
 
 

@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from attnmt.checks import dataclass_from_dict, is_int, is_number
+from attnmt.device import check_device_name
 from attnmt.errors import ConfigError
 from attnmt.precision import check_precision
 from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -71,9 +72,10 @@ class SearchConfig:
     alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
     max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens
     batch_size  sentences decoded at once
-    precision   "fp32", or "bf16": the search's matrix products under CPU bfloat16 autocast
+    precision   "fp32", "bf16" or "fp16": the search's matrix products under autocast
                 (log-probabilities and scores stay float32 / float64); faster on CPUs with
-                AVX512-BF16 or AMX, and its outputs can differ from fp32 ones
+                AVX512-BF16 or AMX and on GPUs, and its outputs can differ from fp32 ones
+    device      where to search: auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps
     """
 
     beam: int = 1
@@ -82,6 +84,7 @@ class SearchConfig:
     max_len_b: int = 10
     batch_size: int = 64
     precision: str = "fp32"
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         for key in ("beam", "batch_size"):
@@ -94,6 +97,7 @@ class SearchConfig:
                 raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
             setattr(self, key, float(getattr(self, key)))
         check_precision(self.precision, "search.precision")
+        check_device_name(self.device, "search.device")
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "SearchConfig":

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from attnmt.checkpoint import load_checkpoint, load_model_state
 from attnmt.config import RunConfig, SearchConfig
 from attnmt.data import Tokenizers, batches_for_inference
+from attnmt.device import check_device_name, describe, enable_tf32, resolve_device
 from attnmt.errors import AttnmtError, CheckpointError
 from attnmt.models import build_model
 from attnmt.precision import autocast, check_precision
@@ -82,12 +83,23 @@ class Translator:
     def precision(self) -> str:
         return self.search.precision
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model (and so every search) runs."""
+        return next(self.model.parameters()).device
+
+    def describe(self) -> str:
+        """One line for stderr: the device and precision searches run on."""
+        return describe(self.device, self.precision, tf32=self.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
+
     @classmethod
     def load(
-        cls, run: str | Path, checkpoint: str = "best", num_threads: int | None = None, precision: str | None = None
+        cls, run: str | Path, checkpoint: str = "best", num_threads: int | None = None, precision: str | None = None,
+        device: str | None = None,
     ) -> "Translator":
-        """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly); ``precision``
-        None keeps the run's ``search.precision``."""
+        """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly) onto ``device``
+        (attnmt.device; ConfigError when the machine lacks it). ``precision`` / ``device`` None keep
+        the run's ``search.precision`` / ``search.device``."""
         if num_threads:
             torch.set_num_threads(num_threads)
         path = checkpoint_path(run, checkpoint)
@@ -99,9 +111,14 @@ class Translator:
         except AttnmtError as error:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None
         load_model_state(model, state, path)
-        model.eval()
-        search = run_config.search if precision is None else replace(
-            run_config.search, precision=check_precision(precision))
+        search = replace(
+            run_config.search,
+            precision=check_precision(precision if precision is not None else run_config.search.precision),
+            device=check_device_name(device if device is not None else run_config.search.device),
+        )
+        target = resolve_device(search.device)
+        enable_tf32(target)
+        model.to(target).eval()
         return cls(model, tokenizers, search, run_config, progress=state.get("progress"))
 
     def translate(
@@ -147,8 +164,10 @@ class Translator:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), autocast(precision):
+            device = self.device
+            with torch.inference_mode(), autocast(precision, device.type):
                 for batch in batches:
+                    batch = batch.to(device)
                     if beam == 1:
                         hypotheses = greedy_search(
                             self.model, batch.src, batch.src_mask, max_len_a=search.max_len_a,

@@ -42,9 +42,10 @@ def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -
     layers, heads = model.cross_attention_layers, model.attention_heads
     if layers * heads <= 1:
         return None
-    src = torch.tensor([list(src_ids)], dtype=torch.long)
+    device = next(model.parameters()).device
+    src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
-    tgt_in = torch.tensor([[BOS_ID] + list(out_ids)[:-1]], dtype=torch.long)
+    tgt_in = torch.tensor([[BOS_ID] + list(out_ids)[:-1]], dtype=torch.long, device=device)
     was_training = model.training
     model.eval()
     try:
@@ -52,7 +53,7 @@ def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -
             _, weights = model(src, src_mask, tgt_in, return_attention="heads")
     finally:
         model.train(was_training)
-    weights = weights[0].double().numpy()  # [L, h, T, S]
+    weights = weights[0].double().cpu().numpy()  # [L, h, T, S]
     return {
         (f"layer {layer + 1} / head {head + 1}" if layers > 1 else f"head {head + 1}"): weights[layer, head]
         for layer in range(layers)

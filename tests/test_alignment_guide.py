@@ -265,8 +265,8 @@ def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(laye
     guide_sum = -(target * chosen.clamp_min(1e-9).log()).sum()
     loss_sum, _, _ = token_losses(logits, batch.tgt_out, batch.tgt_mask, 0.1)
     ((loss_sum + 0.7 * guide_sum) / batch.num_tgt_tokens).backward()
-    assert stats.guide_sum == pytest.approx(float(guide_sum.detach()), rel=1e-5)
-    assert stats.loss_sum == pytest.approx(float(loss_sum.detach()), rel=1e-5)
+    assert float(stats.guide_sum) == pytest.approx(float(guide_sum.detach()), rel=1e-5)
+    assert float(stats.loss_sum) == pytest.approx(float(loss_sum.detach()), rel=1e-5)
     for mine, expected in zip(got, (p.grad for p in model.parameters())):
         torch.testing.assert_close(mine, expected, rtol=1e-4, atol=1e-6)
 

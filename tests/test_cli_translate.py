@@ -119,8 +119,10 @@ def test_bfloat16_search_writes_its_own_files(trained, capsys):
     capsys.readouterr()
     assert cli_main(["translate", str(trained), "Ein Mann fährt Fahrrad.", "--precision", "bf16", "--beam", "2"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+    assert cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp16"]) == 2  # an LSTM on the CPU
+    assert "no float16 LSTM on the CPU; use bf16" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp16"])
+        cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp8"])
 
 
 def test_missing_run_and_checkpoint(tmp_path, trained, capsys):

@@ -88,7 +88,7 @@ def _worker(rank: int, port: int, folder: str) -> None:
         counts = torch.tensor([float(batch.num_tgt_tokens)], dtype=torch.float64)
         dist.all_reduce(counts)
         stats = backward_on_batch(ddp, batch, 0.1, float(counts), WORLD_SIZE)
-        loss = torch.tensor([stats.loss_sum], dtype=torch.float64)
+        loss = torch.tensor([float(stats.loss_sum)], dtype=torch.float64)
         dist.all_reduce(loss)
         if rank == 0:
             grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
@@ -124,7 +124,7 @@ def test_ddp_step_equals_single_process_step_and_trainer_runs(tmp_path):
     batch = collate(src, tgt, union)
     stats = backward_on_batch(model, batch, 0.1, batch.num_tgt_tokens, 1)
     distributed = torch.load(tmp_path / "ddp_step.pt", weights_only=True)
-    assert distributed["loss"] == pytest.approx(stats.loss_sum / batch.num_tgt_tokens, abs=1e-5)
+    assert distributed["loss"] == pytest.approx(float(stats.loss_sum) / batch.num_tgt_tokens, abs=1e-5)
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(distributed["grads"][name], parameter.grad, atol=1e-5, rtol=1e-5, msg=name)
 

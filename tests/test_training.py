@@ -157,7 +157,7 @@ def test_every_mechanism_and_flow_takes_a_training_step(attention, flow):
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     stats = backward_on_batch(model, batch, label_smoothing=0.1, global_tokens=batch.num_tgt_tokens)
     assert stats.num_tokens == batch.num_tgt_tokens == 10
-    assert torch.isfinite(torch.tensor(stats.loss_sum))
+    assert torch.isfinite(stats.loss_sum)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     optimizer.step()
@@ -279,7 +279,7 @@ def test_unknown_config_key_names_key_and_file(tmp_path):
     ("max_epochs", 0, "training.max_epochs"),
     ("label_smoothing", 1.5, "training.label_smoothing"),
     ("early_stopping_patience", "3", "training.early_stopping_patience"),
-    ("precision", "fp16", r"training.precision: must be one of fp32, bf16, got 'fp16'"),
+    ("precision", "fp8", r"training.precision: must be one of fp32, bf16, fp16, got 'fp8'"),
 ])
 def test_invalid_training_values(key, value, message):
     with pytest.raises(ConfigError, match=message):

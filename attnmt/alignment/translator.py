@@ -430,7 +430,9 @@ class TranslatorAligner:
         was_training = model.training
         model.eval()
         try:
+            device = next(model.parameters()).device
             for batch in batches:
+                batch = batch.to(device)
                 with torch.inference_mode():
                     _, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
                 weights = weights.float().cpu().numpy()  # [B, L, h, T, S]

@@ -75,6 +75,11 @@ class Batch:
     def __len__(self) -> int:
         return len(self.indices)
 
+    def pin_memory(self) -> "Batch":
+        """A copy with every tensor in page-locked memory (for non-blocking copies to a GPU)."""
+        return Batch(**{f.name: getattr(self, f.name).pin_memory() if isinstance(getattr(self, f.name), torch.Tensor)
+                        else getattr(self, f.name) for f in fields(self)})
+
     def to(self, device: Any, non_blocking: bool = False) -> "Batch":
         """A copy with every tensor on ``device``."""
         moved = {}

@@ -375,6 +375,7 @@ class RNNSeq2Seq(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> RNNEncoderOutput:
         """src [B, S] long, src_mask [B, S] bool (right-padded) -> RNNEncoderOutput (eqs. 3–7)."""
         lengths = _check_source(src, src_mask)
+        _check_autocast(self.config.cell, src.device)
         embedded = self.dropout(self.src_embedding(src))  # z: [B, S, E]
         states, final_hidden = self._bidirectional_encoder(embedded, src_mask, lengths)  # h̄: [B, S, 2H_e]
         # [h→_S; h←_1] per encoder layer: the forward state at the last real token and the
@@ -649,6 +650,14 @@ def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
     if not torch.equal(src_mask, padding_mask(lengths, src.shape[1])):
         raise ValueError("src_mask must be right-padded: True for the first src_lengths positions of a row, then False")
     return lengths
+
+
+def _check_autocast(cell: str, device: torch.device) -> None:
+    """ConfigError for float16 autocast of an LSTM on the CPU, where PyTorch has no float16 LSTM
+    kernel (the GRU, and every model on a GPU, run fine)."""
+    if (cell == "lstm" and device.type == "cpu" and torch.is_autocast_enabled("cpu")
+            and torch.get_autocast_dtype("cpu") == torch.float16):
+        raise ConfigError("precision fp16: PyTorch has no float16 LSTM on the CPU; use bf16 there (or fp16 on a GPU)")
 
 
 def _cell_from_gates(input_gates, hidden, cell, weight_hh, bias_hh):

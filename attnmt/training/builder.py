@@ -20,10 +20,12 @@ from attnmt.checkpoint import load_checkpoint, load_model_state
 from attnmt.config import RunConfig
 from attnmt.data import Batch, ParallelCorpus, Tokenizers, load_split, make_batches, train_tokenizers
 from attnmt.data.links import AlignmentGuide, check_links_file
+from attnmt.device import describe, enable_tf32, resolve_device
 from attnmt.errors import ConfigError
 from attnmt.files import write_text_atomic
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
+from attnmt.precision import grad_scaler
 from attnmt.runs import CONFIG_FILE, LAST, METRICS, check_run_dir, write_metrics
 from attnmt.training.distributed import DistributedContext, training_threads
 from attnmt.training.randomness import restore_rng_state, seed_everything
@@ -45,10 +47,13 @@ class TrainingParts:
     train_tgt: list[list[int]]
     valid_corpus: ParallelCorpus
     valid_batches: list[Batch]
+    device: torch.device
+    tf32: bool  # TF32 matrix products allowed (CUDA devices that have them)
     model: torch.nn.Module
     ddp_model: torch.nn.Module  # the model, wrapped in DistributedDataParallel when there are ranks
     optimizer: torch.optim.Optimizer
     schedule: LearningRateSchedule
+    scaler: torch.amp.GradScaler  # enabled for fp16 only
     guide: AlignmentGuide | None = None
     guide_position: tuple[int, int | None] | None = None  # 0-based (layer, head) the guide pulls
     progress: Progress = field(default_factory=Progress)
@@ -69,6 +74,8 @@ def build_training(
         if check_run_dir(run_dir, resume) else None
     context.barrier()  # every rank has looked at the folder before rank 0 writes into it
     torch.set_num_threads(training_threads(training.num_threads, context.world_size))
+    device = context.device if context.distributed else resolve_device(training.device)
+    tf32 = enable_tf32(device)
 
     if data.train_links is not None:  # before minutes of tokenizer training, not after
         check_links_file(data.resolve(data.train_links))
@@ -84,7 +91,8 @@ def build_training(
     if len(train_ids) == 0:
         raise ConfigError(f"data.max_length={data.max_length} drops every training pair")
     valid_ids = tokenizers.encode_corpus(valid_corpus)
-    valid_batches = make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False)
+    valid_batches = [batch.to(device) for batch in
+                     make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False)]
     guide = None
     if data.train_links is not None:
         guide, report = AlignmentGuide.from_links(
@@ -93,13 +101,15 @@ def build_training(
         say(report.summary())
 
     seed_everything(training.seed)
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
+    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=training.lr)
     parts = TrainingParts(
         config=config, run_dir=run_dir, context=context, tokenizers=tokenizers,
         train_src=train_ids.src_ids, train_tgt=train_ids.tgt_ids, valid_corpus=valid_corpus,
-        valid_batches=valid_batches, model=model, ddp_model=model, optimizer=optimizer,
-        schedule=LearningRateSchedule(optimizer, training), guide=guide,
+        valid_batches=valid_batches, device=device, tf32=tf32, model=model, ddp_model=model, optimizer=optimizer,
+        schedule=LearningRateSchedule(optimizer, training), scaler=grad_scaler(training.precision, device.type),
+        guide=guide,
         guide_position=_guide_position(config, model) if guide is not None else None,
         progress=Progress(world_size=context.world_size),
     )
@@ -110,13 +120,14 @@ def build_training(
     elif context.is_main:
         (run_dir / METRICS).unlink(missing_ok=True)
     if context.distributed:
-        parts.ddp_model = DistributedDataParallel(model)
+        parts.ddp_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     say(
         f"{len(parts.train_src)} training pairs ({train_ids.dropped_long} longer than {data.max_length} "
         f"pieces dropped), {len(valid_corpus)} validation pairs; vocabularies "
         f"{tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}; {count_parameters(model):,} parameters"
         + (f"; {context.world_size} processes" if context.distributed else "")
     )
+    say(describe(device, training.precision, tf32))
     return parts
 
 
@@ -157,6 +168,8 @@ def _restore(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None])
     load_model_state(parts.model, checkpoint, path)
     parts.optimizer.load_state_dict(checkpoint["optimizer"])
     parts.schedule.load_state_dict(checkpoint["scheduler"])
+    if parts.scaler.is_enabled() and checkpoint.get("scaler"):
+        parts.scaler.load_state_dict(checkpoint["scaler"])
     saved = checkpoint["progress"]
     parts.progress = Progress.from_state_dict(saved)
     parts.plateau = PlateauTracker.from_state_dict(saved["plateau"])

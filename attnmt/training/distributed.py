@@ -1,6 +1,8 @@
 """Distributed data parallel through ``torchrun``: rank, world size and the collectives training uses.
 
-``torchrun --nproc_per_node P -m attnmt train ...`` starts P processes (gloo on CPUs). Every rank
+``torchrun --nproc_per_node P -m attnmt train ...`` starts P processes: NCCL with one GPU per rank
+(``LOCAL_RANK``) when training runs on CUDA, gloo on CPUs. Several machines join the torchrun way
+(``--nnodes``, ``--node_rank``, ``--rdzv_endpoint``). Every rank
 builds the same batch list and takes batches r, r+P, r+2P, … of it (``attnmt.data.shard``); one
 step = P batches, one per rank. Each rank's loss is normalised by the *global* number of target
 tokens (summed with an all-reduce before the backward pass) and multiplied by P, because
@@ -12,11 +14,13 @@ early stopping, time limit) is taken from all-reduced numbers so all ranks agree
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from attnmt.device import local_rank, resolve_device
 
 __all__ = ["DistributedContext", "init_distributed", "training_threads"]
 
@@ -39,6 +43,7 @@ class DistributedContext:
 
     rank: int = 0
     world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where collectives' tensors live
 
     @property
     def is_main(self) -> bool:
@@ -52,9 +57,15 @@ class DistributedContext:
         """Element-wise sums over the ranks (float64)."""
         if not self.distributed:
             return [float(v) for v in values]
-        tensor = torch.tensor(values, dtype=torch.float64)
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return tensor.tolist()
+
+    def all_reduce_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Element-wise sums over the ranks of a tensor on ``device``, without a host round trip."""
+        if self.distributed:
+            dist.all_reduce(tensor)
+        return tensor
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         if not self.distributed:
@@ -76,14 +87,18 @@ class DistributedContext:
             dist.barrier()
 
 
-def init_distributed() -> DistributedContext:
-    """Join the process group that ``torchrun`` describes (WORLD_SIZE, RANK, MASTER_ADDR/PORT env vars).
-
-    Without those variables (a plain ``attnmt train``) this is a single process.
+def init_distributed(device_name: str = "auto") -> DistributedContext:
+    """Join the process group that ``torchrun`` describes (WORLD_SIZE, RANK, LOCAL_RANK,
+    MASTER_ADDR/PORT env vars): NCCL when ``device_name`` means CUDA here (the rank takes GPU
+    LOCAL_RANK), gloo otherwise. Without those variables (a plain ``attnmt train``) this is a
+    single process on the device ``device_name`` means.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
-        return DistributedContext()
+        return DistributedContext(device=resolve_device(device_name))
+    device = resolve_device(device_name, local_rank())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="gloo")
-    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size())
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(), device=device)

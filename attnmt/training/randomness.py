@@ -23,9 +23,12 @@ def seed_everything(seed: int) -> None:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """torch, NumPy and Python random states as plain data (loadable with weights_only=True)."""
+    """torch (and CUDA's, where there is CUDA), NumPy and Python random states as plain data
+    (loadable with weights_only=True)."""
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    cuda = {"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}
     return {
+        **cuda,
         "torch": torch.get_rng_state(),
         "numpy": {
             "kind": str(kind),
@@ -51,3 +54,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     ))
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)  # a run moved to a machine with other GPUs starts them afresh

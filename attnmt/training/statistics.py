@@ -23,7 +23,8 @@ def perplexity_of(loss: float) -> float:
 @dataclass
 class RunningStatistics:
     """Sums over steps: training loss, plain NLL and guide term (over target tokens), tokens,
-    steps, seconds and gradient norms."""
+    steps, seconds and gradient norms. The loss, NLL, guide and gradient-norm sums may be 0-d
+    float64 tensors on the training device (added up there, read back only when a record is made)."""
 
     loss: float = 0.0
     nll: float = 0.0
@@ -42,15 +43,15 @@ class RunningStatistics:
         self.seconds += seconds
         self.grad_norm += grad_norm
 
-    def per_token(self, total: float) -> float:
-        return total / max(self.tokens, 1)
+    def per_token(self, total) -> float:
+        return float(total) / max(self.tokens, 1)
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / max(self.seconds, 1e-9)
 
     def state_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value if isinstance(value, int) else float(value) for key, value in asdict(self).items()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "RunningStatistics":

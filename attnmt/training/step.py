@@ -23,12 +23,14 @@ __all__ = ["GuideBatch", "StepStats", "backward_on_batch"]
 
 @dataclass
 class StepStats:
-    """Sums over the real target tokens of one batch (of this rank)."""
+    """Sums over the real target tokens of one batch (of this rank). The sums are 0-d tensors on
+    the model's device, detached: reading them (``float``) waits for the device, so the trainer
+    adds them up as tensors and reads them only when it logs."""
 
-    loss_sum: float  # label-smoothed training loss (without the guide term)
-    nll_sum: float  # plain negative log-likelihood
+    loss_sum: torch.Tensor  # label-smoothed training loss (without the guide term)
+    nll_sum: torch.Tensor  # plain negative log-likelihood
     num_tokens: int
-    guide_sum: float = 0.0  # Σ −A log a of the guided-alignment term (before its weight)
+    guide_sum: torch.Tensor | float = 0.0  # Σ −A log a of the guided-alignment term (before its weight)
 
 
 @dataclass
@@ -44,17 +46,19 @@ class GuideBatch:
 
 def backward_on_batch(
     model, batch, label_smoothing: float, global_tokens: float, world_size: int = 1, precision: str = "fp32",
-    guide: GuideBatch | None = None,
+    guide: GuideBatch | None = None, scaler: torch.amp.GradScaler | None = None,
 ) -> StepStats:
-    """Forward ``batch`` through ``model`` (plain or DDP-wrapped) and backpropagate its share of the
-    global loss ``loss_sum · world_size / global_tokens`` (plus the guide term).
+    """Forward ``batch`` through ``model`` (plain or DDP-wrapped, on the batch's device) and
+    backpropagate its share of the global loss ``loss_sum · world_size / global_tokens`` (plus the
+    guide term).
 
-    ``precision="bf16"`` runs the forward pass under bfloat16 autocast; the loss is computed from
-    float32 logits and the gradients arrive in the float32 parameters.
+    ``precision`` "bf16" or "fp16" runs the forward pass under autocast on the batch's device; the
+    loss is computed from float32 logits and the gradients arrive in the float32 parameters. With
+    ``scaler`` (fp16) the loss is scaled before the backward pass; unscale before clipping.
     """
     if global_tokens <= 0:
         raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
-    with autocast(precision):
+    with autocast(precision, batch.src.device.type):
         logits, attention = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads" if guide else False,
                                   tgt_mask=batch.tgt_mask)  # logits of the real tokens only: [N, V]
     loss_sum, nll_sum, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, label_smoothing)
@@ -63,6 +67,7 @@ def backward_on_batch(
     if guide is not None:
         guide_term = guided_alignment_loss(select_attention(attention, guide.layer, guide.head), guide.target)
         total = loss_sum + guide.weight * guide_term
-        guide_sum = float(guide_term.detach())
-    (total * (world_size / global_tokens)).backward()
-    return StepStats(float(loss_sum.detach()), float(nll_sum), count, guide_sum)
+        guide_sum = guide_term.detach()
+    share = total * (world_size / global_tokens)
+    (scaler.scale(share) if scaler is not None else share).backward()
+    return StepStats(loss_sum.detach(), nll_sum, count, guide_sum)

@@ -147,18 +147,21 @@ class Trainer:
                 total=len(epoch_batches), initial=progress.batch_in_epoch, unit="batch", dynamic_ncols=True,
                 desc=f"epoch {progress.epoch + 1}/{training.max_epochs}", file=sys.stderr, leave=False,
             )
+        pin = parts.device.type == "cuda"
         try:
             while progress.batch_in_epoch < len(epoch_batches):
                 batch = collate(parts.train_src, parts.train_tgt, epoch_batches[progress.batch_in_epoch])
-                loss_sum, global_tokens = self._step(batch)
+                batch = (batch.pin_memory() if pin else batch).to(parts.device, non_blocking=pin)
+                self._step(batch)
                 if progress.stop_reason is not None:
                     return False
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss_sum / global_tokens:.3f}", tok_s=f"{parts.epoch_sums.tokens_per_second:,.0f}",
-                                    lr=f"{self._lr():.1e}", refresh=False)
                 if progress.step % training.log_every == 0:
-                    self._log_window()
+                    record = self._log_window()  # the only place the step losses are read back
+                    if bar is not None and record is not None:
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}",
+                                        lr=f"{record['lr']:.1e}", refresh=False)
                 if progress.step % training.checkpoint_every == 0:
                     self._save_last()
         finally:
@@ -166,9 +169,11 @@ class Trainer:
                 bar.close()
         return True
 
-    def _step(self, batch) -> tuple[float, float]:
-        """One optimizer step on this rank's ``batch``; returns (global loss sum, global tokens).
-        Sets ``progress.stop_reason`` instead, taking no step, when a limit is reached."""
+    def _step(self, batch) -> None:
+        """One optimizer step on this rank's ``batch`` (on the device), or, when a limit is reached,
+        none and ``progress.stop_reason`` set. The step's sums stay on the device: nothing here
+        waits for it (the all-reduce of the token count and stop vote is a host one only with
+        several processes)."""
         parts, progress, training, context = self.parts, self.parts.progress, self.config.training, self.context
         # Rank 0 decides about the limits (its clock is the one that counts); the others learn the
         # decision with the token count, so all ranks stop together.
@@ -177,33 +182,37 @@ class Trainer:
         global_tokens, stop_votes = context.all_reduce_sum([batch.num_tgt_tokens, 1.0 if reason is not None else 0.0])
         if stop_votes > 0:
             progress.stop_reason = context.broadcast_object(reason)
-            return 0.0, global_tokens
+            return
         parts.optimizer.zero_grad(set_to_none=True)
         parts.schedule.set_step(progress.step + 1)
         stats = backward_on_batch(
             parts.ddp_model, batch, training.label_smoothing, global_tokens, context.world_size, training.precision,
-            self._guide_batch(batch),
+            self._guide_batch(batch), parts.scaler,
         )
+        parts.scaler.unscale_(parts.optimizer)  # fp16: true gradients before clipping (else a no-op)
         grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(parts.model.parameters(), training.clip_norm))
+            torch.nn.utils.clip_grad_norm_(parts.model.parameters(), training.clip_norm)
             if training.clip_norm is not None else _grad_norm(parts.model)
         )
-        parts.optimizer.step()
-        loss_sum, nll_sum, guide_sum = context.all_reduce_sum([stats.loss_sum, stats.nll_sum, stats.guide_sum])
+        parts.scaler.step(parts.optimizer)  # optimizer.step(), which fp16 skips when a gradient overflowed
+        parts.scaler.update()
+        sums = context.all_reduce_tensor(torch.stack([
+            stats.loss_sum.double(), stats.nll_sum.double(),
+            torch.as_tensor(stats.guide_sum, dtype=torch.float64, device=parts.device),
+        ]))
         seconds = time.perf_counter() - started
         progress.step += 1
         progress.batch_in_epoch += 1
         progress.elapsed_seconds += seconds
-        for sums in (parts.window, parts.epoch_sums):
-            sums.update(loss_sum, nll_sum, guide_sum, global_tokens, seconds, grad_norm)
-        return loss_sum, global_tokens
+        for running in (parts.window, parts.epoch_sums):
+            running.update(sums[0], sums[1], sums[2], global_tokens, seconds, grad_norm.double())
 
     def _guide_batch(self, batch) -> GuideBatch | None:
         parts = self.parts
         if parts.guide is None:
             return None
         layer, head = parts.guide_position
-        target = parts.guide.target(batch.indices, batch.tgt_in.shape[1], batch.src.shape[1])
+        target = parts.guide.target(batch.indices, batch.tgt_in.shape[1], batch.src.shape[1]).to(parts.device)
         return GuideBatch(target, self.config.training.guide_weight, layer, head)
 
     def _limit_reached(self) -> str | None:
@@ -302,14 +311,14 @@ class Trainer:
         if self.context.is_main:
             append_metrics(self.run_dir, record)
 
-    def _log_window(self) -> None:
-        """A "train" record of the steps since the last one."""
+    def _log_window(self) -> dict[str, Any] | None:
+        """A "train" record of the steps since the last one (None when there were none)."""
         parts, progress = self.parts, self.parts.progress
         window = parts.window
         if window.steps == 0:
-            return
+            return None
         nll = window.per_token(window.nll)
-        self._record({
+        record = {
             "type": "train",
             "step": progress.step,
             "epoch": progress.epoch + 1,
@@ -317,12 +326,16 @@ class Trainer:
             "nll": nll,
             "ppl": perplexity_of(nll),
             "lr": self._lr(),
-            "grad_norm": window.grad_norm / window.steps,
+            "grad_norm": float(window.grad_norm) / window.steps,
             "tokens_per_s": window.tokens_per_second,
             "elapsed": progress.elapsed_seconds,
             **({"guide": window.per_token(window.guide)} if parts.guide is not None else {}),
-        })
+            "device": str(parts.device),
+            "precision": self.config.training.precision,
+        }
+        self._record(record)
         parts.window = RunningStatistics()
+        return record
 
     def _checkpoint(self, with_training_state: bool, rng_states: list | None = None) -> dict:
         parts = self.parts
@@ -333,6 +346,8 @@ class Trainer:
         extra: dict[str, Any] = {"progress": progress, "history": list(parts.history)}
         if with_training_state:
             extra.update(optimizer=parts.optimizer.state_dict(), scheduler=parts.schedule.state_dict(), rng=rng_states)
+            if parts.scaler.is_enabled():
+                extra["scaler"] = parts.scaler.state_dict()
         return make_checkpoint(
             config=self.config.to_dict(), model_state=parts.model.state_dict(), tokenizers=parts.tokenizers.state_dict(),
             **extra,
@@ -367,9 +382,10 @@ class Trainer:
         return result
 
 
-def _grad_norm(model) -> float:
+def _grad_norm(model) -> torch.Tensor:
+    """The global gradient norm (what clipping would measure), as a tensor on the model's device."""
     norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
-    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=next(model.parameters()).device)
 
 
 def train(
@@ -380,5 +396,5 @@ def train(
     verbose: bool = True,
 ) -> TrainResult:
     """Train ``config`` into ``run_dir`` in this process (joining a torchrun group when there is one)."""
-    context = init_distributed()
+    context = init_distributed(config.training.device)
     return Trainer(config, run_dir, resume=resume, show_progress=show_progress, context=context, verbose=verbose).run()
