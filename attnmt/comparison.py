@@ -41,10 +41,17 @@ from matplotlib.figure import Figure
 
 from attnmt.config import RunConfig, load_config
 from attnmt.data import load_split
+from attnmt.device import describe, resolve_device
 from attnmt.errors import ConfigError
 from attnmt.evaluation import evaluate_run
 from attnmt.files import write_bytes_atomic, write_text_atomic
-from attnmt.runs import LAST, eval_json_path, read_saved_config, resolve_resume_config, training_finished
+from attnmt.runs import (
+    LAST,
+    eval_json_path,
+    read_saved_config,
+    resolve_resume_config,
+    training_finished,
+)
 from attnmt.tables import format_table
 from attnmt.training import Trainer
 
@@ -224,7 +231,8 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
         status = "resumed" if (run_dir / LAST).is_file() else "trained"
         log(f"{'resuming' if status == 'resumed' else 'restarting' if started_before else 'training'} {run_dir}")
         Trainer(config, run_dir, resume=started_before, show_progress=show_progress, verbose=verbose).run()
-    return status, evaluate_run(run_dir, split=split, beam=beam, progress=show_progress).report
+    return status, evaluate_run(run_dir, split=split, beam=beam, progress=show_progress,
+                                device=config.training.device).report
 
 
 def compare_mechanisms(
@@ -239,6 +247,7 @@ def compare_mechanisms(
     show_progress: bool = True,
     verbose: bool = False,
     log: Callable[[str], None] = print,
+    device: str | None = None,
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
     run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
@@ -246,6 +255,7 @@ def compare_mechanisms(
     limits: ``{"max_epochs": N, "max_steps": N, "max_minutes": M}`` (None values ignored), per run.
     set_options: ``["section.key=value", ...]`` as ``attnmt train --set``.
     log: receives one line when a run starts and one when it is done, with its scores.
+    device: where every run trains and is evaluated (None: the config's ``training.device``).
     """
     mechanisms = [str(m) for m in mechanisms]
     if not mechanisms:
@@ -263,7 +273,8 @@ def compare_mechanisms(
         raise ConfigError(f"{out}: exists and is not a folder; choose another --out")
 
     def config_for(mechanism: str, seed: int):
-        return load_config(config_path, {"attention": mechanism, "seed": seed, **limits}, list(set_options))
+        return load_config(config_path, {"attention": mechanism, "seed": seed, "device": device, **limits},
+                           list(set_options))
 
     # Every mechanism name and the split are checked before anything is trained.
     first = {mechanism: config_for(mechanism, 1) for mechanism in mechanisms}
@@ -275,6 +286,8 @@ def compare_mechanisms(
         out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
         limits=limits, set_options=list(set_options),
     )
+    log(describe(resolve_device(first[mechanisms[0]].training.device),
+                 first[mechanisms[0]].training.precision))
     total = len(mechanisms) * runs
     number = 0
     for seed in range(1, runs + 1):

@@ -288,6 +288,7 @@ OVERRIDE_KEYS = {
     "max_epochs": ("training", "max_epochs"),
     "max_steps": ("training", "max_steps"),
     "max_minutes": ("training", "max_minutes"),
+    "device": ("training", "device"),
 }
 
 

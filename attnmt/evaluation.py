@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,14 +231,19 @@ def evaluate_run(
     return_attention: bool = False,
     progress: bool = False,
     precision: str | None = None,
+    device: str | None = None,
+    on_load: Callable[[Translator], None] | None = None,
 ) -> RunEvaluation:
     """Score a run folder (or checkpoint file) on ``split``; write its hyps and eval json (names in
-    ``attnmt.runs``). ``beam`` / ``precision`` None = the run's ``search`` section."""
+    ``attnmt.runs``). ``beam`` / ``precision`` / ``device`` None = the run's ``search`` section;
+    ``on_load`` sees the translator once it is loaded (the CLI says where it runs)."""
     if beam is not None:
         _check_beam(beam)
     path = checkpoint_path(run, checkpoint)
     run_dir = path.parent
-    translator = Translator.load(path, precision=precision)
+    translator = Translator.load(path, precision=precision, device=device)
+    if on_load is not None:
+        on_load(translator)
     name, corpus = _load_split(translator, split)
     beam = translator.search.beam if beam is None else beam
     result = evaluate_corpus(
@@ -248,7 +253,7 @@ def evaluate_run(
     hyps_file = write_text_atomic(hyps_path(run_dir, name, beam, translator.precision),
                                   "".join(h + "\n" for h in result.hypotheses))
     report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict(), "precision": translator.precision,
-              "step": translator.step}
+              "device": str(translator.device), "step": translator.step}
     json_file = write_text_atomic(eval_json_path(run_dir, name, beam, translator.precision),
                                   json.dumps(report, indent=2) + "\n")
     return RunEvaluation(report, result, translator, json_file, hyps_file)
@@ -339,12 +344,16 @@ def evaluate_beam_sizes(
     batch_size: int | None = None,
     progress: bool = False,
     precision: str | None = None,
+    device: str | None = None,
+    on_load: Callable[[Translator], None] | None = None,
 ) -> BeamEvaluation:
     """Perplexity once, then BLEU, chrF, lengths and decoding time per beam size; writes the hyps
     of every beam size and the table as ``beam-<split>.json`` and ``.md``."""
     path = checkpoint_path(run, checkpoint)
     run_dir = path.parent
-    translator = Translator.load(path, precision=precision)
+    translator = Translator.load(path, precision=precision, device=device)
+    if on_load is not None:
+        on_load(translator)
     name, corpus = _load_split(translator, split)
     ppl = corpus_perplexity(translator, corpus, translator.run_config.data.max_tokens)
     results = compare_beam_sizes(translator, corpus, beams, batch_size=batch_size, progress=progress)
@@ -359,7 +368,8 @@ def evaluate_beam_sizes(
         "run": str(run_dir), "checkpoint": path.name, "step": step, "split": name, "num_sentences": len(corpus),
         "alpha": search.alpha, "max_len_a": search.max_len_a, "max_len_b": search.max_len_b,
         "perplexity": ppl.perplexity, "loss": ppl.loss, "num_tokens": ppl.num_tokens,
-        "precision": translator.precision, "results": [result.to_dict() for result in results],
+        "precision": translator.precision, "device": str(translator.device),
+        "results": [result.to_dict() for result in results],
     }
     table = beam_table(results)
     json_path = write_text_atomic(beam_table_path(run_dir, name, translator.precision, ".json"),

@@ -27,7 +27,6 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from attnmt.plotting import merge_subwords
-
 from attnmt.special_tokens import BOS_ID
 
 

@@ -57,9 +57,10 @@ def test_every_mechanism_and_seed_is_trained_evaluated_and_logged(finished):
     order = [(o.mechanism, o.seed) for o in comparison.outcomes]
     assert order == [("dot", 1), ("mean", 1), ("dot", 2), ("mean", 2)]  # seed by seed
     assert [o.status for o in comparison.outcomes] == ["trained"] * 4
-    assert log[0] == f"[1/4] dot seed 1: training {out / 'runs' / 'dot-seed1'}"
-    assert log[1].startswith("[1/4] dot seed 1: trained in ") and "made_up perplexity " in log[1]
-    assert len(log) == 8
+    assert log[0].startswith("device cpu (") and log[0].endswith("precision fp32")  # where the runs train
+    assert log[1] == f"[1/4] dot seed 1: training {out / 'runs' / 'dot-seed1'}"
+    assert log[2].startswith("[1/4] dot seed 1: trained in ") and "made_up perplexity " in log[2]
+    assert len(log) == 9
     for outcome in comparison.outcomes:
         report = json.loads(eval_json_path(outcome.run_dir, "made_up", 1).read_text())
         assert report["step"] == STEPS and report["num_sentences"] == 8 and report["beam"] == 1

@@ -21,8 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from attnmt.data.links import (
+    GoldAlignment,
+    Links,
+    read_naacl_alignments,
+    read_pharaoh_alignments,
+)
 from attnmt.names import GOLD_FORMATS
-from attnmt.data.links import GoldAlignment, Links, read_naacl_alignments, read_pharaoh_alignments
 
 __all__ = ["GOLD_FORMATS", "alignment_error_rate", "read_gold"]
 

@@ -40,10 +40,10 @@ from typing import Sequence
 
 import numpy as np
 
-from attnmt.names import SCORINGS
 from attnmt.alignment.vectors import WordVectors
 from attnmt.attention.reference import scaled_dot_product_attention
 from attnmt.errors import DataError
+from attnmt.names import SCORINGS
 
 __all__ = [
     "DEFAULT_DISTORTION",

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.names import GOLD_FORMATS, LINK_METHODS
 from attnmt.commands.align_words import add_scoring_arguments
+from attnmt.commands.options import add_device_option, say
+from attnmt.names import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
 TRANSLATOR_OPTIONS = ("checkpoint", "layer", "head", "shift", "src_lang", "max_tokens", "threads")
@@ -68,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     translator.add_argument("--max-tokens", type=int, default=None,
                             help="padded tokens per forward call (default 4000)")
     translator.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_device_option(translator)
     parser.add_argument("--out", required=True, metavar="FILE", help="write the links here, one line per pair")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--gold", default=None, metavar="FILE", help="gold alignment to score the links against")
@@ -136,7 +138,8 @@ def _translator_aligner(args: argparse.Namespace, run: str):
     from attnmt.alignment.translator import DEFAULT_MAX_TOKENS, TranslatorAligner
     from attnmt.translator import Translator
 
-    translator = Translator.load(run, args.checkpoint or "best", num_threads=args.threads)
+    translator = Translator.load(run, args.checkpoint or "best", num_threads=args.threads, device=args.device)
+    say("align", translator.describe())
     languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
     src_lang = args.src_lang or _file_language(args.src, languages)
     aligner = TranslatorAligner(
@@ -206,7 +209,12 @@ def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from attnmt.alignment import align_corpus, alignment_error_rate, read_gold, write_pharaoh
+    from attnmt.alignment import (
+        align_corpus,
+        alignment_error_rate,
+        read_gold,
+        write_pharaoh,
+    )
     from attnmt.errors import DataError
 
     _check_options(args)

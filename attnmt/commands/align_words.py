@@ -61,7 +61,12 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from attnmt.alignment import VectorAligner, extract_links, load_word_vectors, tokenize
+    from attnmt.alignment import (
+        VectorAligner,
+        extract_links,
+        load_word_vectors,
+        tokenize,
+    )
     from attnmt.errors import ConfigError, DataError
 
     scoring = scoring_from_arguments(args)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnmt.commands.options import add_device_option
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="YAML run config shared by every run")
@@ -35,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, default=1, metavar="K", help="beam size of the evaluation (default 1 = greedy)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
+    add_device_option(parser, default_from="the config's training.device")
     parser.add_argument("--verbose", action="store_true", help="print the trainer's per-epoch lines too")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare_mechanisms(
         args.config, args.attention, args.runs, args.out, split=args.split, beam=args.beam,
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
-        set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose,
+        set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
         log=lambda line: print(line, flush=True),
     )
     print()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.names import PRECISIONS
+from attnmt.commands.options import add_device_option, add_precision_option, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,9 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print N examples and plot the attention of the first N sentences (default 3; "
                              "one beam size only)")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
-    parser.add_argument("--precision", choices=PRECISIONS, default=None,
-                        help="bf16: the search's matrix products in bfloat16 (faster on CPUs with AVX512-BF16; "
-                             "outputs can differ from fp32); default: the run's search.precision, else fp32")
+    add_precision_option(parser)
+    add_device_option(parser)
     parser.add_argument("--no-merge-pieces", action="store_true",
                         help="plot subword pieces instead of merging them into words")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -65,6 +64,7 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
     evaluation = evaluate_run(
         args.run_dir, split=args.split, beam=beam, checkpoint=args.checkpoint, batch_size=args.batch_size,
         return_attention=args.examples > 0, progress=not args.no_progress, precision=args.precision,
+        device=args.device, on_load=lambda translator: say("evaluate", translator.describe()),
     )
     result, report = evaluation.result, evaluation.report
     run_dir = evaluation.json_path.parent
@@ -106,7 +106,8 @@ def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
 
     evaluation = evaluate_beam_sizes(
         args.run_dir, beams, split=args.split, checkpoint=args.checkpoint, batch_size=args.batch_size,
-        progress=not args.no_progress, precision=args.precision,
+        progress=not args.no_progress, precision=args.precision, device=args.device,
+        on_load=lambda translator: say("evaluate", translator.describe()),
     )
     print(evaluation.header)
     print(evaluation.table)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnmt.commands.options import add_device_option
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML run config (optional with --resume: the run's own is used)")
@@ -29,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-minutes", type=float, metavar="M", help="sets training.max_minutes")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
+    add_device_option(parser, default_from="training.device")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         "max_epochs": args.max_epochs,
         "max_steps": args.max_steps,
         "max_minutes": args.max_minutes,
+        "device": args.device,
     }
     requested = load_config(args.config, overrides, args.set) if args.config is not None else None
     if args.out is None:

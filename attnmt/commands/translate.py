@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnmt.names import PRECISIONS
+from attnmt.commands.options import add_device_option, add_precision_option, say
 
 STDIN_CHUNK = 512  # lines translated at once from standard input
 
@@ -31,9 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace existing --plot files")
     parser.add_argument("--no-merge-pieces", action="store_true", help="plot subword pieces, not words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
-    parser.add_argument("--precision", choices=PRECISIONS, default=None,
-                        help="bf16: matrix products in bfloat16 (faster on CPUs with AVX512-BF16; outputs can "
-                             "differ from fp32); default: the run's search.precision, else fp32")
+    add_precision_option(parser)
+    add_device_option(parser)
 
 
 def _plot_paths(path: Path, count: int) -> list[Path]:
@@ -55,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     existing = [str(p) for p in plot_paths if p.exists()]
     if existing and not args.overwrite:
         raise ConfigError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
-    translator = Translator.load(args.run_dir, args.checkpoint, precision=args.precision)
+    translator = Translator.load(args.run_dir, args.checkpoint, precision=args.precision, device=args.device)
+    say("translate", translator.describe())
 
     if args.sentences:
         translations = translator.translate(

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnmt.commands.options import add_device_option, say
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN", help="run folder (or a checkpoint file)")
@@ -32,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the HTML file if it exists")
     parser.add_argument("--pieces", action="store_true", help="show subword pieces instead of words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
+    add_device_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"-n must be >= 1, got {args.examples}")
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
-    translator = Translator.load(path)
+    translator = Translator.load(path, device=args.device)
+    say("view", translator.describe())
     config = translator.run_config
     split, corpus = config.data.canonical_split(args.split), load_split(config.data, args.split)
     beam = translator.search.beam if args.beam is None else args.beam

@@ -12,10 +12,14 @@ Read in this order:
 """
 
 from attnmt.training.builder import TrainingParts, build_training
-from attnmt.training.distributed import DistributedContext, init_distributed, training_threads
+from attnmt.training.distributed import (
+    DistributedContext,
+    init_distributed,
+    training_threads,
+)
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
 from attnmt.training.step import GuideBatch, StepStats, backward_on_batch
-from attnmt.training.trainer import TrainResult, Trainer, train
+from attnmt.training.trainer import Trainer, TrainResult, train
 
 __all__ = [
     "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker", "StepStats", "TrainResult",

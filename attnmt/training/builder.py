@@ -18,7 +18,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from attnmt.checkpoint import load_checkpoint, load_model_state
 from attnmt.config import RunConfig
-from attnmt.data import Batch, ParallelCorpus, Tokenizers, load_split, make_batches, train_tokenizers
+from attnmt.data import (
+    Batch,
+    ParallelCorpus,
+    Tokenizers,
+    load_split,
+    make_batches,
+    train_tokenizers,
+)
 from attnmt.data.links import AlignmentGuide, check_links_file
 from attnmt.device import describe, enable_tf32, resolve_device
 from attnmt.errors import ConfigError
