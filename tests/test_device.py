@@ -64,7 +64,8 @@ def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
     run = tmp_path / "run"
     train_records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
                      if json.loads(line)["type"] == "train"]
-    assert train_records and all(r["device"] == "cpu" and r["precision"] == "fp32" for r in train_records)
+    assert train_records and all(r["device"] == "cpu" and r["precision"] == "fp32" and r["tf32"] is False
+                             for r in train_records)
     capsys.readouterr()
     assert cli_main(["translate", str(run), "ein hund läuft.", "--device", "cpu", "--precision", "bf16"]) == 0
     captured = capsys.readouterr()

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from attnmt.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.config import RunConfig
-from attnmt.data import batch_indices, collate
+from attnmt.data import batch_indices, collate, shard
 from attnmt.evaluation import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.plotting import plot_attention
 from attnmt.runs import BEST, LAST, append_metrics
@@ -135,12 +135,17 @@ class Trainer:
     def _train_epoch(self) -> bool:
         """This rank's batches of the current epoch from ``batch_in_epoch`` on; False when a step or
         time limit stopped it (``progress.stop_reason`` says which)."""
-        parts, progress, training = self.parts, self.parts.progress, self.config.training
-        epoch_batches = batch_indices(
+        parts, progress, training, context = self.parts, self.parts.progress, self.config.training, self.context
+        all_batches = batch_indices(
             [len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
-            max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed,
-            epoch=progress.epoch, rank=self.context.rank, world_size=self.context.world_size,
+            max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed, epoch=progress.epoch,
         )
+        epoch_batches = shard(all_batches, context.rank, context.world_size)
+        # Every rank knows every rank's batches, so the global token count of each step (which
+        # normalises the loss) needs no communication: len(target) + 1 (EOS) per pair.
+        shares = [shard(all_batches, rank, context.world_size) for rank in range(context.world_size)]
+        global_tokens = [sum(len(parts.train_tgt[k]) + 1 for share in shares for k in share[step])
+                         for step in range(len(epoch_batches))]
         bar = None
         if self.context.is_main and self.show_progress:
             bar = tqdm(
@@ -152,7 +157,7 @@ class Trainer:
             while progress.batch_in_epoch < len(epoch_batches):
                 batch = collate(parts.train_src, parts.train_tgt, epoch_batches[progress.batch_in_epoch])
                 batch = (batch.pin_memory() if pin else batch).to(parts.device, non_blocking=pin)
-                self._step(batch)
+                self._step(batch, global_tokens[progress.batch_in_epoch])
                 if progress.stop_reason is not None:
                     return False
                 if bar is not None:
@@ -169,20 +174,15 @@ class Trainer:
                 bar.close()
         return True
 
-    def _step(self, batch) -> None:
-        """One optimizer step on this rank's ``batch`` (on the device), or, when a limit is reached,
-        none and ``progress.stop_reason`` set. The step's sums stay on the device: nothing here
-        waits for it (the all-reduce of the token count and stop vote is a host one only with
-        several processes)."""
+    def _step(self, batch, global_tokens: int) -> None:
+        """One optimizer step on this rank's ``batch`` (on the device; ``global_tokens`` target
+        tokens in the batches of all ranks), or, when a limit is reached, none and
+        ``progress.stop_reason`` set. The step's sums stay on the device: nothing here waits for it."""
         parts, progress, training, context = self.parts, self.parts.progress, self.config.training, self.context
-        # Rank 0 decides about the limits (its clock is the one that counts); the others learn the
-        # decision with the token count, so all ranks stop together.
-        reason = self._limit_reached() if context.is_main else None
-        started = time.perf_counter()
-        global_tokens, stop_votes = context.all_reduce_sum([batch.num_tgt_tokens, 1.0 if reason is not None else 0.0])
-        if stop_votes > 0:
-            progress.stop_reason = context.broadcast_object(reason)
+        progress.stop_reason = self._limit_reached()
+        if progress.stop_reason is not None:
             return
+        started = time.perf_counter()
         parts.optimizer.zero_grad(set_to_none=True)
         parts.schedule.set_step(progress.step + 1)
         stats = backward_on_batch(
@@ -216,12 +216,19 @@ class Trainer:
         return GuideBatch(target, self.config.training.guide_weight, layer, head)
 
     def _limit_reached(self) -> str | None:
-        training, progress = self.config.training, self.parts.progress
+        """The limit that stops training before the next step, if any. Every rank counts the same
+        steps; the clock that counts is rank 0's, so with several processes it is put to a vote (one
+        all-reduce), and only every ``log_every`` steps, so that ranks do not wait on each other's
+        host at every step (a time limit can then stop up to log_every − 1 steps late)."""
+        training, progress, context = self.config.training, self.parts.progress, self.context
         if training.max_steps is not None and progress.step >= training.max_steps:
             return f"max_steps={training.max_steps} reached"
-        if training.max_minutes is not None and progress.elapsed_seconds >= 60 * training.max_minutes:
-            return f"max_minutes={training.max_minutes:g} reached"
-        return None
+        if training.max_minutes is None or (context.distributed and progress.step % training.log_every != 0):
+            return None
+        late = context.is_main and progress.elapsed_seconds >= 60 * training.max_minutes
+        if context.distributed:
+            late = context.all_reduce_sum([1.0 if late else 0.0])[0] > 0
+        return f"max_minutes={training.max_minutes:g} reached" if late else None
 
     def _lr(self) -> float:
         return float(self.parts.optimizer.param_groups[0]["lr"])
@@ -332,6 +339,7 @@ class Trainer:
             **({"guide": window.per_token(window.guide)} if parts.guide is not None else {}),
             "device": str(parts.device),
             "precision": self.config.training.precision,
+            "tf32": parts.tf32,
         }
         self._record(record)
         parts.window = RunningStatistics()
