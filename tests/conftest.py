@@ -1,4 +1,6 @@
-"""Shared test fixtures: the location of ../shared/data and seeded randomness."""
+"""Shared test fixtures: the location of ../shared/data, seeded randomness, and what a missing
+requirement does: a user's `make test` skips the test with the reason; under CI (CI=true) the
+test fails instead, so CI never passes by silently running less."""
 
 from __future__ import annotations
 
@@ -11,11 +13,18 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ATTNMT_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data"))
 
 
+def skip_or_fail_in_ci(reason: str) -> None:
+    """Skip the calling test with ``reason``; fail it instead when CI=true."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: CI must run every test, so this is a failure, not a skip)")
+    pytest.skip(reason)
+
+
 def shared_data_path(*parts: str) -> Path:
-    """Path below ../shared/data; skips the calling test with a reason when it is absent."""
+    """Path below ../shared/data; skips the calling test with a reason when it is absent (fails in CI)."""
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"needs {path} (the shared data folder beside the project); it is absent here")
+        skip_or_fail_in_ci(f"needs {path} (the shared data folder beside the project); it is absent here")
     return path
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import skip_or_fail_in_ci
+
 from attnmt.plotting import write_attention_viewer
 
 BROWSER_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -191,7 +193,7 @@ class Browser:
 def browser():
     executable = find_browser()
     if executable is None:
-        pytest.skip("needs Chromium for the browser test (Debian: apt-get install chromium); it is not installed")
+        skip_or_fail_in_ci("needs Chromium for the browser test (Debian: apt-get install chromium); it is not installed")
     instance = Browser(executable)
     try:
         yield instance

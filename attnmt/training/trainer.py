@@ -130,6 +130,7 @@ class Trainer:
             self._validate_and_decide(at_epoch_end=False)
         if self._last_saved != progress.position():
             self._save_last()
+        self.context.barrier()  # no rank leaves (and closes its connections) while another still talks to it
         return self._finish()
 
     def _train_epoch(self) -> bool:
