@@ -66,6 +66,8 @@ from attnmt.alignment import (  # noqa: E402
     vector_attention,
 )
 from attnmt.data.corpus import read_lines, read_parallel  # noqa: E402
+from attnmt.files import write_text_atomic  # noqa: E402
+from portable import portable  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 HANSARDS = DATA / "hansards-en-fr"
@@ -154,12 +156,9 @@ def uppercase_share(lines) -> float:
 
 def write_section(out: Path, name: str, section: dict) -> None:
     """Set ``results[name]`` in the JSON file ``out``, keeping its other sections; atomic."""
-    from attnmt.files import write_bytes_atomic
-
     results = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
-    results[name] = section
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(out, (json.dumps(results, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    results[name] = portable(section)
+    write_text_atomic(out, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {out}")
 
 

@@ -41,15 +41,16 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from attnmt.data import batches_for_inference
+from attnmt.files import write_text_atomic
 from attnmt.models import build_model, count_parameters
 from attnmt.search import beam_search
+from portable import portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "decoding.json"
@@ -199,14 +200,6 @@ def measure_beams(model, ids, beams, batch_size, search):
     return rows
 
 
-def write_json_atomic(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-    os.replace(handle.name, path)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", help="a trained run folder (or checkpoint file); default: random models")
@@ -275,7 +268,7 @@ def main(argv=None) -> int:
                            target_speedup=args.target, target_met=target_met, decoder_work=work,
                            by_beam=beam_rows))
 
-    write_json_atomic(args.output, dict(
+    write_text_atomic(args.output, json.dumps(portable(dict(
         benchmark="decoding",
         mode="run" if args.run else "random",
         config=dict(beam=args.beam, batch_sizes=args.batch_sizes, beams=args.beams, sentences=args.sentences,
@@ -283,7 +276,7 @@ def main(argv=None) -> int:
         environment=dict(torch=torch.__version__, python=sys.version.split()[0], machine=platform.machine(),
                          cpus=os.cpu_count(), load_average=os.getloadavg()),
         setups=report,
-    ))
+    )), indent=2) + "\n")
     print(f"\nwrote {args.output}")
     return 0
 

@@ -20,6 +20,9 @@ import platform
 import sys
 from pathlib import Path
 
+from attnmt.files import write_text_atomic
+from portable import portable
+
 
 def read_metrics(run: Path) -> list[dict]:
     with open(run / "metrics.jsonl", encoding="utf-8") as handle:
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    write_text_atomic(Path(args.json), json.dumps(portable(json.loads(json.dumps(result, default=str))), indent=2) + "\n")
 
     t = result["training"]
     print(f"{run}: {result['parameters']:,} parameters; {t['epochs_completed']} epochs, {t['steps']} steps in "
