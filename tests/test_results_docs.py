@@ -1,9 +1,11 @@
-"""Every figure in a table of docs/results.md is in the result file the table names.
+"""Every figure in docs/results.md and README.md is in the result file its table or paragraph names.
 
-A table is preceded by ``<!-- figures from: benchmarks/results/A.json [B.json ...] -->``. Each
-number in its cells (not the first column, which labels the row, nor a column of settings, nor a
-target written in parentheses) must equal, at the decimals it is printed with, a number in one of
-those files. Result files name no absolute path of the machine that wrote them."""
+A table or a paragraph is preceded by ``<!-- figures from: benchmarks/results/A.json [B.json ...] -->``.
+In a table, each number in its cells (not the first column, which labels the row, nor a column of
+settings, nor a target written in parentheses) must equal, at the decimals it is printed with, a
+number in one of those files. In a paragraph, each measured figure must: a number with decimals or
+a thousands comma ("42.7", "4,671"), or in millions ("7.8M"); code spans (commands, signatures)
+are not figures. Result files name no absolute path of the machine that wrote them."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
 RESULTS_DOC = PROJECT / "docs" / "results.md"
+DOCS = (RESULTS_DOC, PROJECT / "README.md")
 MARKER = re.compile(r"<!-- figures from: ([^>]+?) -->")
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
 SETTING_COLUMNS = ("shapes", "method")
@@ -32,29 +35,52 @@ def _numbers_in(value) -> list[float]:
     return []
 
 
+def _blocks():
+    """(files, lines) of every marked block of the docs: the lines after a marker, up to a blank line."""
+    for doc in DOCS:
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        for index, line in enumerate(lines):
+            match = MARKER.search(line)
+            if match:
+                block = []
+                for following in lines[index + 1:]:
+                    if not following.strip():
+                        break
+                    block.append(following)
+                yield match.group(1).split(), block
+
+
 def _tables():
-    lines = RESULTS_DOC.read_text(encoding="utf-8").splitlines()
-    for index, line in enumerate(lines):
-        match = MARKER.search(line)
-        if not match:
-            continue
-        table = []
-        for row in lines[index + 1:]:
-            if not row.startswith("|"):
-                break
-            table.append([cell.strip() for cell in row.strip("|").split("|")])
-        yield match.group(1).split(), table
+    for files, block in _blocks():
+        if block[0].startswith("|"):
+            yield files, [[cell.strip() for cell in row.strip("|").split("|")] for row in block if row.startswith("|")]
+
+
+def _paragraphs():
+    for files, block in _blocks():
+        if not block[0].startswith("|"):
+            yield files, " ".join(block)
+
+
+def _found(figure: float, decimals: int, values: list[float]) -> bool:
+    """A value that prints as ``figure`` with ``decimals`` decimals (a tie may round either way)."""
+    return any(abs(value - figure) <= 0.5 * 10 ** -decimals + 1e-9 for value in values)
+
+
+def _values(files: list[str]) -> list[float]:
+    return [n for name in files for n in _numbers_in(json.loads((PROJECT / name).read_text(encoding="utf-8")))]
 
 
 def test_every_result_table_names_its_files():
     tables = list(_tables())
     assert len(tables) == RESULTS_DOC.read_text(encoding="utf-8").count("\n|---") >= 6  # every table is marked
     assert all(len(table) > 2 for _, table in tables)
+    assert len(list(_paragraphs())) >= 1
 
 
 @pytest.mark.parametrize("files,table", list(_tables()), ids=[Path(files[0]).stem for files, _ in _tables()])
 def test_every_figure_of_a_table_is_in_its_result_file(files, table):
-    values = [n for name in files for n in _numbers_in(json.loads((PROJECT / name).read_text(encoding="utf-8")))]
+    values = _values(files)
     header, rows = table[0], table[2:]
     missing = []
     for row in rows:
@@ -65,8 +91,25 @@ def test_every_figure_of_a_table_is_in_its_result_file(files, table):
             for text in NUMBER.findall(cell):
                 decimals = len(text.split(".")[1]) if "." in text else 0
                 figure = float(text.replace(",", ""))
-                if not any(abs(round(value, decimals) - figure) < 1e-9 for value in values):
+                if not _found(figure, decimals, values):
                     missing.append(f"{row[0]} / {header[column]}: {text}")
+    assert not missing, f"not in {', '.join(files)}: {missing}"
+
+
+PROSE_FIGURE = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+\.\d+)(M?)(?![\w.])")
+
+
+@pytest.mark.parametrize("files,text", list(_paragraphs()), ids=[Path(files[0]).stem for files, _ in _paragraphs()])
+def test_every_figure_of_a_paragraph_is_in_its_result_file(files, text):
+    values = _values(files)
+    text = re.sub(r"`[^`]*`", "", text)  # commands, config names and signatures are not figures
+    missing = []
+    for number, millions in PROSE_FIGURE.findall(text):
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        figure = float(number.replace(",", ""))
+        candidates = [value / 1e6 for value in values] if millions else values
+        if not _found(figure, decimals, candidates):
+            missing.append(number + millions)
     assert not missing, f"not in {', '.join(files)}: {missing}"
 
 
