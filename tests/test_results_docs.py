@@ -3,9 +3,9 @@
 A table or a paragraph is preceded by ``<!-- figures from: benchmarks/results/A.json [B.json ...] -->``.
 In a table, each number in its cells (not the first column, which labels the row, nor a column of
 settings, nor a target written in parentheses) must equal, at the decimals it is printed with, a
-number in one of those files. In a paragraph, each measured figure must: a number with decimals or
-a thousands comma ("42.7", "4,671"), or in millions ("7.8M"); code spans (commands, signatures)
-are not figures. Result files name no absolute path of the machine that wrote them."""
+number in one of those files. In a paragraph, every number must too (as a percentage, in
+microseconds or in millions when it says so), but for counts below 10 ("2 cores", "beam 5"); code
+spans (commands, settings, signatures) are not figures. Result files name no absolute path of the machine that wrote them."""
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def test_every_figure_of_a_table_is_in_its_result_file(files, table):
     assert not missing, f"not in {', '.join(files)}: {missing}"
 
 
-PROSE_FIGURE = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+\.\d+)(M?)(?![\w.])")
+PROSE_FIGURE = re.compile(r"(?<![\w.,-])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(M|%| µs)?(?![\w.,])")
+UNITS = {"": 1.0, "M": 1e-6, "%": 100.0, " µs": 1e6}  # how a stored value is scaled to print with the unit
 
 
 @pytest.mark.parametrize("files,text", list(_paragraphs()), ids=[Path(files[0]).stem for files, _ in _paragraphs()])
@@ -104,12 +105,13 @@ def test_every_figure_of_a_paragraph_is_in_its_result_file(files, text):
     values = _values(files)
     text = re.sub(r"`[^`]*`", "", text)  # commands, config names and signatures are not figures
     missing = []
-    for number, millions in PROSE_FIGURE.findall(text):
+    for number, unit in PROSE_FIGURE.findall(text):
         decimals = len(number.split(".")[1]) if "." in number else 0
         figure = float(number.replace(",", ""))
-        candidates = [value / 1e6 for value in values] if millions else values
-        if not _found(figure, decimals, candidates):
-            missing.append(number + millions)
+        if decimals == 0 and figure < 10 and not unit:
+            continue  # small counts ("2 cores", "beam 5") are settings, not measurements
+        if not _found(figure, decimals, [value * UNITS[unit or ""] for value in values]):
+            missing.append(number + (unit or ""))
     assert not missing, f"not in {', '.join(files)}: {missing}"
 
 
