@@ -49,7 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Options may come before, between or after a command's sentences (``attnmt translate RUN --beam 5
+    # "Ein Hund."``): argparse leaves the sentences after an option over, and they join the rest.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not isinstance(getattr(args, "sentences", None), list) or any(item.startswith("-") for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.sentences += extra
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 0

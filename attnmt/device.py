@@ -25,7 +25,8 @@ import torch
 
 from attnmt.errors import ConfigError
 
-__all__ = ["DEVICE_NAMES", "check_device_name", "describe", "enable_tf32", "local_rank", "resolve_device"]
+__all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank",
+           "resolve_device"]
 
 DEVICE_NAMES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 _PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -91,6 +92,23 @@ def enable_tf32(device: torch.device) -> bool:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     return True
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free for new tensors on ``device``: the GPU's free memory, or the CPU's available RAM
+    (``MemAvailable`` of /proc/meminfo); None where it cannot be known."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def describe(device: torch.device, precision: str, tf32: bool = False) -> str:

@@ -25,8 +25,14 @@ from tqdm.auto import tqdm
 from attnmt.checkpoint import load_checkpoint, load_model_state
 from attnmt.config import RunConfig, SearchConfig
 from attnmt.data import Tokenizers, batches_for_inference
-from attnmt.device import check_device_name, describe, enable_tf32, resolve_device
-from attnmt.errors import AttnmtError, CheckpointError
+from attnmt.device import (
+    available_memory,
+    check_device_name,
+    describe,
+    enable_tf32,
+    resolve_device,
+)
+from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model
 from attnmt.precision import autocast, check_precision
 from attnmt.runs import checkpoint_path
@@ -121,6 +127,26 @@ class Translator:
         model.to(target).eval()
         return cls(model, tokenizers, search, run_config, progress=state.get("progress"))
 
+    # Bytes a search step holds per decoder row and vocabulary entry: the logits and log-probabilities
+    # in float32, the top-k work space, and the float64 scores of the candidates.
+    BYTES_PER_ROW_AND_TOKEN = 16
+
+    def _check_resources(self, beam: int, batch_size: int) -> None:
+        """ConfigError, before any work, for a beam wider than the vocabulary or a search step
+        (batch_size × beam rows × vocabulary) larger than the memory the device has free."""
+        vocabulary = self.tokenizers.tgt.vocab_size
+        if beam > vocabulary:
+            raise ConfigError(f"beam {beam}: at most the target vocabulary size, {vocabulary}")
+        needed = batch_size * beam * vocabulary * self.BYTES_PER_ROW_AND_TOKEN
+        available = available_memory(self.device)
+        if available is not None and needed > available // 2:
+            fits = max(1, available // 2 // (beam * vocabulary * self.BYTES_PER_ROW_AND_TOKEN))
+            raise ConfigError(
+                f"beam {beam} with {batch_size} sentences at once needs about {needed / 2**30:.1f} GiB a search "
+                f"step, more than half of the {available / 2**30:.1f} GiB free on {self.device}; use --batch-size "
+                f"{fits} or less" + (", or a smaller --beam" if fits == 1 else "")
+            )
+
     def translate(
         self,
         sentences: Sequence[str],
@@ -153,6 +179,7 @@ class Translator:
         sentences = [str(sentence) for sentence in sentences]
         if not sentences:
             return []
+        self._check_resources(beam, min(batch_size, len(sentences)))
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
         src_ids = src_tok.encode_many(sentences)
         batches = batches_for_inference(src_ids, batch_size=batch_size)

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from attnmt.attention.functional import padding_mask
-from attnmt.data.links import check_link_range, piece_targets, read_naacl_alignments, read_pharaoh_alignments
+from attnmt.data.links import (
+    check_link_range,
+    piece_targets,
+    read_naacl_alignments,
+    read_pharaoh_alignments,
+)
 from attnmt.errors import DataError
 from attnmt.models import build_model
 from attnmt.search import _max_lengths, beam_search, greedy_search

@@ -125,3 +125,38 @@ def test_missing_run_and_checkpoint(tmp_path, capsys):
     empty.mkdir()
     assert cli_main(["evaluate", str(empty)]) == 2
     assert "best.pt: checkpoint not found" in capsys.readouterr().err
+
+
+def test_options_may_come_before_between_and_after_the_sentences(trained, capsys):
+    assert cli_main(["translate", str(trained), "Ein Hund.", "--beam", "2", "Zwei Katzen."]) == 0
+    between = capsys.readouterr().out.splitlines()
+    assert cli_main(["translate", str(trained), "--beam", "2", "Ein Hund.", "Zwei Katzen."]) == 0
+    assert capsys.readouterr().out.splitlines() == between and len(between) == 2
+    with pytest.raises(SystemExit):
+        cli_main(["translate", str(trained), "Ein Hund.", "--no-such-option"])
+
+
+def test_a_bad_stdin_line_costs_only_its_own_translation(trained, capsys, monkeypatch):
+    """Invalid UTF-8 on line 2, a byte-order mark, CRLF, a bare CR and no final line end: every
+    good line is translated, the bad one is named by its number, and lines stay one for one."""
+    assert cli_main(["translate", str(trained), "Ein Hund.", "Ein Mann.", "Eine Frau."]) == 0
+    expected = capsys.readouterr().out.splitlines()
+    raw = b"\xef\xbb\xbfEin Hund.\r\nZwei \xff Katzen.\rEin Mann.\n\nEine Frau."
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw)))
+    assert cli_main(["translate", str(trained)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.split("\n") == [expected[0], "", expected[1], "", expected[2], ""]  # five lines, one each
+    assert "standard input line 2: not valid UTF-8 (byte 0xff at byte 6)" in captured.err
+
+
+def test_a_search_too_big_for_the_machine_is_refused_before_it_starts(trained, capsys, monkeypatch):
+    assert cli_main(["translate", str(trained), "Ein Hund.", "--beam", "1000000"]) == 2
+    assert "beam 1000000: at most the target vocabulary size, 60" in capsys.readouterr().err
+    monkeypatch.setattr("attnmt.translator.available_memory", lambda device: 2**30)  # a machine with 1 GiB free
+    # a search step of 64 sentences x beam 60 x 60 tokens x 16 bytes (3.5 MiB) fits; of 10,000 (0.54 GiB) does not
+    assert cli_main(["translate", str(trained), "Ein Hund.", "--beam", "60", "--batch-size", "64"]) == 0
+    capsys.readouterr()
+    sentences = ["Ein Hund."] * 10_000
+    assert cli_main(["translate", str(trained), *sentences, "--beam", "60", "--batch-size", "10000"]) == 2
+    err = capsys.readouterr().err
+    assert "beam 60 with 10000 sentences at once needs about 0.5 GiB" in err and "use --batch-size 9320 or less" in err

@@ -12,6 +12,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
@@ -71,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
         return 0
 
-    def flush(lines: list[str]) -> None:
-        keep = [k for k, line in enumerate(lines) if line.strip()]
+    def flush(lines: list[str | None]) -> None:
+        """Translate a chunk of lines; a None line (undecodable) and an empty one give an empty line."""
+        keep = [k for k, line in enumerate(lines) if line is not None and line.strip()]
         outputs = [""] * len(lines)
         for k, translation in zip(keep, translator.translate([lines[k] for k in keep], beam=args.beam,
                                                              batch_size=args.batch_size)):
@@ -80,12 +82,44 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(output + "\n" for output in outputs))
         sys.stdout.flush()
 
-    chunk: list[str] = []
-    for line in sys.stdin:
-        chunk.append(line.rstrip("\r\n"))
+    chunk: list[str | None] = []
+    bad_lines = 0
+    for number, line in enumerate(_stdin_lines(), start=1):
+        if isinstance(line, UnicodeDecodeError):
+            bad_lines += 1
+            say("translate", f"error: standard input line {number}: not valid UTF-8 (byte {line.object[line.start]:#04x} "
+                             f"at byte {line.start + 1}); its output line is left empty")
+            line = None
+        chunk.append(line)
         if len(chunk) >= STDIN_CHUNK:
             flush(chunk)
             chunk = []
     if chunk:
         flush(chunk)
-    return 0
+    return 2 if bad_lines else 0
+
+
+def _stdin_lines():
+    """Standard input one line at a time, without its line end (LF, CRLF or CR) and a leading
+    byte-order mark; a line that is not UTF-8 comes as its UnicodeDecodeError, so one bad line
+    costs only its own translation."""
+    source = getattr(sys.stdin, "buffer", None)
+    if source is None:  # a text stream (tests, embedding): already decoded
+        for number, line in enumerate(sys.stdin):
+            yield line.rstrip("\r\n").lstrip("\ufeff") if number == 0 else line.rstrip("\r\n")
+        return
+    # Universal newlines (LF, CRLF, CR); undecodable bytes kept as surrogates, to be reported per line.
+    stream = io.TextIOWrapper(source, encoding="utf-8", errors="surrogateescape", newline=None)
+    for number, line in enumerate(stream):
+        line = line.rstrip("\n")
+        if number == 0:
+            line = line.lstrip("\ufeff")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                line.encode("utf-8", "surrogateescape").decode("utf-8")
+            except UnicodeDecodeError as error:
+                yield error
+                continue
+        yield line
