@@ -51,6 +51,7 @@ from attnmt.runs import (
     read_saved_config,
     resolve_resume_config,
     training_finished,
+    writer_lock,
 )
 from attnmt.tables import format_table
 from attnmt.training import Trainer
@@ -282,38 +283,39 @@ def compare_mechanisms(
     load_split(data, split)  # ConfigError for a split the config lacks, before anything is trained
     split_name = data.canonical_split(split)
 
-    comparison = Comparison(
-        out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
-        limits=limits, set_options=list(set_options),
-    )
-    log(describe(resolve_device(first[mechanisms[0]].training.device),
-                 first[mechanisms[0]].training.precision))
-    total = len(mechanisms) * runs
-    number = 0
-    for seed in range(1, runs + 1):
-        for mechanism in mechanisms:
-            number += 1
-            label = f"[{number}/{total}] {mechanism} seed {seed}"
-            run_dir = run_folder(out, mechanism, seed)
-            requested = first[mechanism] if seed == 1 else config_for(mechanism, seed)
-            started = time.perf_counter()
-            status, report = _complete_run(
-                run_dir, requested, split_name, beam, lambda what: log(f"{label}: {what}"), show_progress, verbose
-            )
-            outcome = RunOutcome(
-                mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
-                perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),
-                step=report.get("step"), seconds=time.perf_counter() - started if status != "reused" else 0.0,
-            )
-            comparison.outcomes.append(outcome)
-            took = f" in {_duration(outcome.seconds)}" if status != "reused" else ""
-            log(
-                f"{label}: {status}{took}: {split_name} perplexity {outcome.perplexity:.2f}, "
-                f"BLEU {outcome.bleu:.2f}, chrF {outcome.chrf:.2f}"
-                + (f" (step {outcome.step})" if outcome.step is not None else "")
-            )
-            write_summary(comparison)
-    return comparison
+    with writer_lock(out, "compare"):  # one comparison at a time writes into out
+        comparison = Comparison(
+            out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
+            limits=limits, set_options=list(set_options),
+        )
+        log(describe(resolve_device(first[mechanisms[0]].training.device),
+                     first[mechanisms[0]].training.precision))
+        total = len(mechanisms) * runs
+        number = 0
+        for seed in range(1, runs + 1):
+            for mechanism in mechanisms:
+                number += 1
+                label = f"[{number}/{total}] {mechanism} seed {seed}"
+                run_dir = run_folder(out, mechanism, seed)
+                requested = first[mechanism] if seed == 1 else config_for(mechanism, seed)
+                started = time.perf_counter()
+                status, report = _complete_run(
+                    run_dir, requested, split_name, beam, lambda what: log(f"{label}: {what}"), show_progress, verbose
+                )
+                outcome = RunOutcome(
+                    mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
+                    perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),
+                    step=report.get("step"), seconds=time.perf_counter() - started if status != "reused" else 0.0,
+                )
+                comparison.outcomes.append(outcome)
+                took = f" in {_duration(outcome.seconds)}" if status != "reused" else ""
+                log(
+                    f"{label}: {status}{took}: {split_name} perplexity {outcome.perplexity:.2f}, "
+                    f"BLEU {outcome.bleu:.2f}, chrF {outcome.chrf:.2f}"
+                    + (f" (step {outcome.step})" if outcome.step is not None else "")
+                )
+                write_summary(comparison)
+        return comparison
 
 
 # ================================================================================================

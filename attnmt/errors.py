@@ -15,3 +15,7 @@ class ConfigError(AttnmtError):
 
 class CheckpointError(AttnmtError):
     """A checkpoint is missing, corrupt, or was made by another kind of model."""
+
+
+class OutputError(AttnmtError):
+    """A file could not be written (a full disk, no permission); the previous version is intact."""

@@ -4,7 +4,8 @@ Every file attnmt writes (checkpoints, tokenizers, configs, hypotheses, reports,
 pages, word vectors, downloads) goes through ``atomic_writer``: the bytes go to a new temporary
 file beside the target, are flushed to disk, and only then replace the target with
 ``os.replace``. A crash, a kill -9 or a full disk while writing leaves the previous file (or
-none) in place, never a truncated one, and removes the temporary file when Python still can.
+none) in place, never a truncated one, and removes the temporary file when Python still can. A
+write that fails (a full disk, no permission) is an OutputError, one line from the CLI.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from attnmt.errors import OutputError
 
 __all__ = ["atomic_writer", "write_bytes_atomic", "write_text_atomic"]
 
@@ -34,19 +37,25 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """``with atomic_writer(path) as handle:`` write binary data to ``handle``; on a clean exit the
     file replaces ``path``, on an exception ``path`` is untouched and the temporary file removed.
 
-    The folder is created when missing.
+    The folder is created when missing. An OSError while writing (a full disk, no permission)
+    becomes an OutputError naming the file and saying that its previous version is intact.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary, descriptor = _new_temporary(path.parent, path.name)
+    temporary = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary, descriptor = _new_temporary(path.parent, path.name)
         with os.fdopen(descriptor, "wb") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        kept = "its previous version is unchanged" if path.exists() else "nothing was written"
+        raise OutputError(f"{path}: could not write it ({error.strerror or error}); {kept}") from None
     finally:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:

@@ -23,7 +23,10 @@ own config, except for the limits and reporting keys in ``RESUMABLE_CHANGES``.
 
 from __future__ import annotations
 
+import fcntl
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +37,16 @@ from attnmt.errors import CheckpointError, ConfigError
 from attnmt.files import write_text_atomic
 
 __all__ = [
-    "BEST", "CONFIG_FILE", "LAST", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
+    "BEST", "CONFIG_FILE", "LAST", "LOCK", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
     "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
-    "read_saved_config", "resolve_resume_config", "training_finished", "write_metrics",
+    "read_saved_config", "resolve_resume_config", "training_finished", "write_metrics", "writer_lock",
 ]
 
 LAST, BEST = "last.pt", "best.pt"
 METRICS = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_NAMES = {"best": BEST, "last": LAST}
+LOCK = ".attnmt.lock"  # held by the process writing into a folder (train, compare)
 
 # Training keys a resumed run may change: the limits, how often it reports, and where it runs.
 RESUMABLE_CHANGES = {
@@ -82,7 +86,7 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> bool:
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: exists and is not a folder; choose another --out")
-    has_files = run_dir.is_dir() and any(run_dir.iterdir())
+    has_files = run_dir.is_dir() and any(path.name != LOCK for path in run_dir.iterdir())
     if not resume:
         if has_files:
             raise ConfigError(
@@ -91,6 +95,30 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> bool:
             )
         return False
     return (run_dir / LAST).is_file()
+
+
+@contextmanager
+def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
+    """Hold ``folder/.attnmt.lock`` while this process writes into ``folder``: a second ``attnmt
+    train`` into the same run folder, or a second ``attnmt compare`` into the same output folder,
+    is refused in one line instead of interleaving its writes. The lock is an advisory ``flock``,
+    so the kernel releases it when the process ends, even by SIGKILL."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: exists and is not a folder; choose another --out")
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK, "a", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"{folder}: another attnmt {command} is writing into this folder right now (it holds "
+                f"{folder / LOCK}); wait for it to end, or choose another --out"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def read_saved_config(run_dir: str | Path) -> dict | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from attnmt.data.corpus import ParallelCorpus, read_parallel
-from attnmt.errors import DataError
+from attnmt.errors import DataError, OutputError
 from attnmt.files import atomic_writer
 
 logger = logging.getLogger(__name__)
@@ -187,9 +187,9 @@ def _download(url: str, destination: Path, name: str, data_dir: str | Path | Non
                     f"download of {url} gave a file with the wrong SHA-256: expected {SHA256[name]}, "
                     f"found {found}; nothing was saved. {_where_to_put(name, data_dir)}"
                 )
-    except OSError as error:  # the download's own errors are DataErrors by now: this is the cache
+    except OutputError as error:  # the download's own errors are DataErrors by now: this is the cache
         raise DataError(
-            f"cannot write into the Multi30k cache {destination.parent} ({error.strerror}); "
+            f"cannot write into the Multi30k cache {destination.parent} ({error}); "
             f"set {CACHE_DIR_ENV} to a writable folder. {_where_to_put(name, data_dir)}"
         ) from None
     logger.info("downloaded %s to %s", url, destination)

@@ -23,6 +23,7 @@ import logging
 import math
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from attnmt.config import RunConfig
 from attnmt.data import batch_indices, collate, shard
 from attnmt.evaluation import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.plotting import plot_attention
-from attnmt.runs import BEST, LAST, append_metrics
+from attnmt.runs import BEST, LAST, append_metrics, writer_lock
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
@@ -105,6 +106,11 @@ class Trainer:
     # ---- the loop -----------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
+        """Train until a limit or early stopping; rank 0 holds the run folder's writer lock meanwhile."""
+        with writer_lock(self.run_dir, "train") if self.context.is_main else nullcontext():
+            return self._run()
+
+    def _run(self) -> TrainResult:
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say)
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
         if parts.resumed:
