@@ -206,9 +206,14 @@ def _check_beam(beam: Any, what: str = "beam") -> None:
         raise ConfigError(f"{what} must be an integer >= 1, got {beam!r}")
 
 
-def _load_split(translator: Translator, split: str) -> tuple[str, ParallelCorpus]:
+def _open_run(run, checkpoint, split, precision, device, on_load) -> tuple[Path, Translator, str, ParallelCorpus]:
+    """The checkpoint file, its Translator (shown to ``on_load``), the split's name and its corpus."""
+    path = checkpoint_path(run, checkpoint)
+    translator = Translator.load(path, precision=precision, device=device)
+    if on_load is not None:
+        on_load(translator)
     data = translator.run_config.data
-    return data.canonical_split(split), load_split(data, split)
+    return path, translator, data.canonical_split(split), load_split(data, split)
 
 
 @dataclass
@@ -239,12 +244,8 @@ def evaluate_run(
     ``on_load`` sees the translator once it is loaded (the CLI says where it runs)."""
     if beam is not None:
         _check_beam(beam)
-    path = checkpoint_path(run, checkpoint)
+    path, translator, name, corpus = _open_run(run, checkpoint, split, precision, device, on_load)
     run_dir = path.parent
-    translator = Translator.load(path, precision=precision, device=device)
-    if on_load is not None:
-        on_load(translator)
-    name, corpus = _load_split(translator, split)
     beam = translator.search.beam if beam is None else beam
     result = evaluate_corpus(
         translator, corpus, split=name, beam=beam, batch_size=batch_size,
@@ -349,12 +350,8 @@ def evaluate_beam_sizes(
 ) -> BeamEvaluation:
     """Perplexity once, then BLEU, chrF, lengths and decoding time per beam size; writes the hyps
     of every beam size and the table as ``beam-<split>.json`` and ``.md``."""
-    path = checkpoint_path(run, checkpoint)
+    path, translator, name, corpus = _open_run(run, checkpoint, split, precision, device, on_load)
     run_dir = path.parent
-    translator = Translator.load(path, precision=precision, device=device)
-    if on_load is not None:
-        on_load(translator)
-    name, corpus = _load_split(translator, split)
     ppl = corpus_perplexity(translator, corpus, translator.run_config.data.max_tokens)
     results = compare_beam_sizes(translator, corpus, beams, batch_size=batch_size, progress=progress)
     for result in results:
