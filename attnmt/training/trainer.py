@@ -46,6 +46,8 @@ from attnmt.translator import Translator
 
 __all__ = ["TrainResult", "Trainer", "train"]
 
+BAR_EVERY = 10  # steps between updates of the progress bar's loss and tokens/s
+
 logger = logging.getLogger(__name__)
 
 
@@ -169,11 +171,12 @@ class Trainer:
                     return False
                 if bar is not None:
                     bar.update(1)
+                    if progress.step % BAR_EVERY == 0:  # reads the device's sums back: not every step
+                        window = parts.window
+                        bar.set_postfix(loss=f"{window.per_token(window.loss):.3f}",
+                                        tok_s=f"{window.tokens_per_second:,.0f}", lr=f"{self._lr():.1e}", refresh=False)
                 if progress.step % training.log_every == 0:
-                    record = self._log_window()  # the only place the step losses are read back
-                    if bar is not None and record is not None:
-                        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:,.0f}",
-                                        lr=f"{record['lr']:.1e}", refresh=False)
+                    self._log_window()
                 if progress.step % training.checkpoint_every == 0:
                     self._save_last()
         finally:
@@ -325,12 +328,12 @@ class Trainer:
         if self.context.is_main:
             append_metrics(self.run_dir, record)
 
-    def _log_window(self) -> dict[str, Any] | None:
-        """A "train" record of the steps since the last one (None when there were none)."""
+    def _log_window(self) -> None:
+        """A "train" record of the steps since the last one (none when there were none)."""
         parts, progress = self.parts, self.parts.progress
         window = parts.window
         if window.steps == 0:
-            return None
+            return
         nll = window.per_token(window.nll)
         record = {
             "type": "train",
@@ -350,7 +353,6 @@ class Trainer:
         }
         self._record(record)
         parts.window = RunningStatistics()
-        return record
 
     def _checkpoint(self, with_training_state: bool, rng_states: list | None = None) -> dict:
         parts = self.parts
