@@ -11,6 +11,7 @@ write that fails (a full disk, no permission) is an OutputError, one line from t
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,10 @@ from typing import BinaryIO
 
 from attnmt.errors import OutputError
 
-__all__ = ["atomic_writer", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_writer", "remove_stale_temporaries", "write_bytes_atomic", "write_text_atomic"]
+
+
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
 def _new_temporary(folder: Path, name: str) -> tuple[Path, int]:
@@ -56,6 +60,15 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     finally:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files a killed writer left in ``folder`` (``.NAME.XXXXXXXX.tmp``);
+    call it only while no other process writes there (a run's writer lock). Returns them."""
+    stale = [path for path in Path(folder).glob(".*.tmp") if _TEMPORARY.fullmatch(path.name)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:

@@ -81,7 +81,8 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> bool:
     """Decide whether ``run_dir`` starts a new run or continues one; True = continue from last.pt.
 
     A folder with files in it is only used with ``resume``; without a ``last.pt`` there, ``resume``
-    starts the run afresh (it was stopped before its first checkpoint). Raises ConfigError otherwise.
+    starts the run afresh (it was stopped before its first checkpoint), unless a ``best.pt`` shows
+    that it trained further. Raises ConfigError otherwise.
     """
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -94,6 +95,11 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> bool:
                 f"that run, or choose another --out (nothing was overwritten)"
             )
         return False
+    if not (run_dir / LAST).is_file() and (run_dir / BEST).is_file():
+        raise ConfigError(
+            f"{run_dir / LAST}: missing, but the run has a {BEST}: it trained past a checkpoint, so starting "
+            f"it afresh would overwrite that; copy {BEST} elsewhere or start a new run in another --out"
+        )
     return (run_dir / LAST).is_file()
 
 

@@ -69,3 +69,25 @@ def test_a_second_compare_into_the_same_folder_is_refused(tmp_path, capsys):
         assert cli_main(["compare", "--config", str(config_path), "--attention", "dot", "--runs", "1",
                          "--split", "valid", "--out", str(tmp_path / "results"), "--no-progress"]) == 2
     assert "another attnmt compare is writing into this folder right now" in capsys.readouterr().err
+
+
+def test_a_resumed_run_removes_what_a_killed_write_left(tmp_path):
+    config = tiny_config(tmp_path, max_epochs=1, max_steps=4)
+    run_trainer(tmp_path, config)
+    stale = tmp_path / "run" / ".last.pt.0123abcd.tmp"  # as a SIGKILL in the middle of a checkpoint leaves it
+    stale.write_bytes(b"half a checkpoint")
+    keep = tmp_path / "run" / ".notes.tmp"  # not the writer's pattern: not ours to delete
+    keep.write_text("mine")
+    run_trainer(tmp_path, {**config, "training": {**config["training"], "max_steps": 6}}, resume=True)
+    assert not stale.exists() and keep.exists()
+
+
+def test_resuming_a_run_that_lost_its_last_checkpoint_is_refused(tmp_path, capsys):
+    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=4))
+    run = tmp_path / "run"
+    assert cli_main(["train", "--config", str(config_path), "--out", str(run), "--no-progress"]) == 0
+    (run / "last.pt").unlink()
+    before = (run / "best.pt").read_bytes()
+    assert cli_main(["train", "--out", str(run), "--resume", "--no-progress"]) == 2
+    assert f"{run / 'last.pt'}: missing, but the run has a best.pt" in capsys.readouterr().err
+    assert (run / "best.pt").read_bytes() == before

@@ -118,4 +118,4 @@ def test_every_figure_of_a_paragraph_is_in_its_result_file(files, text):
 def test_result_files_hold_no_absolute_paths_of_this_machine():
     for path in sorted((PROJECT / "benchmarks" / "results").glob("*.json")):
         text = path.read_text(encoding="utf-8")
-        assert not re.search(r'"/(work|root|home|tmp)/', text) and "/work/" not in text, path.name
+        assert not re.search(r"(?<![\w.])/(work|root|home|tmp)/", text), path.name

@@ -29,7 +29,7 @@ from attnmt.data import (
 from attnmt.data.links import AlignmentGuide, check_links_file
 from attnmt.device import describe, enable_tf32, resolve_device
 from attnmt.errors import ConfigError
-from attnmt.files import write_text_atomic
+from attnmt.files import remove_stale_temporaries, write_text_atomic
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.precision import grad_scaler
@@ -79,6 +79,8 @@ def build_training(
     data, training = config.data, config.training
     checkpoint = load_checkpoint(run_dir / LAST, require_training_state=True) \
         if check_run_dir(run_dir, resume) else None
+    if context.is_main and run_dir.is_dir():
+        remove_stale_temporaries(run_dir)  # what a killed write left (rank 0 holds the folder's lock)
     context.barrier()  # every rank has looked at the folder before rank 0 writes into it
     torch.set_num_threads(training_threads(training.num_threads, context.world_size))
     device = context.device if context.distributed else resolve_device(training.device)
