@@ -131,6 +131,21 @@ class Translator:
     # in float32, the top-k work space, and the float64 scores of the candidates.
     BYTES_PER_ROW_AND_TOKEN = 16
 
+    @property
+    def max_source_pieces(self) -> int:
+        """The longest source the search takes: ten times the longest the run was trained on
+        (``data.max_length``, else 100 pieces); beyond it decoding would run for thousands of steps."""
+        trained = self.run_config.data.max_length if self.run_config and self.run_config.data.max_length else 100
+        return 10 * trained
+
+    def source_problem(self, sentence: str) -> str | None:
+        """Why ``sentence`` cannot be translated (too many subword pieces), or None."""
+        pieces = len(self.tokenizers.src.encode(sentence))
+        if pieces > self.max_source_pieces:
+            return (f"{pieces} subword pieces, more than {self.max_source_pieces} (ten times the longest this run "
+                    f"was trained on); split it into sentences")
+        return None
+
     def _check_resources(self, beam: int, batch_size: int) -> None:
         """ConfigError, before any work, for a beam wider than the vocabulary or a search step
         (batch_size × beam rows × vocabulary) larger than the memory the device has free."""
@@ -182,6 +197,9 @@ class Translator:
         self._check_resources(beam, min(batch_size, len(sentences)))
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
         src_ids = src_tok.encode_many(sentences)
+        for number, ids in enumerate(src_ids, start=1):
+            if len(ids) > self.max_source_pieces:
+                raise ConfigError(f"sentence {number}: {self.source_problem(sentences[number - 1])}")
         batches = batches_for_inference(src_ids, batch_size=batch_size)
         results: list[Translation | None] = [None] * len(sentences)
 

@@ -8,9 +8,16 @@
    missing ``last.pt``: ``translate``, ``evaluate`` and ``train --resume`` must each end with one
    line naming the file, exit status 2.
 
+3. Fuzzed input. ``--fuzz`` generated cases (default 500) over ``translate`` (arguments and standard
+   input: invalid UTF-8, NUL bytes, CR and CRLF, a byte-order mark, empty, blank and 10,000-word
+   lines), ``train`` (configs with unknown keys, wrong types and absurd values; data files missing,
+   of different lengths, truncated .gz, not UTF-8), ``evaluate``, ``view``, ``embed``,
+   ``align-words``, ``compare`` and ``explore``, with absurd option values. Each runs in this process
+   under a time limit; each must end with a result or with a one-line error, exit status 2.
+
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
 "unreadable checkpoint", "different result", "partial file left" (a temporary file a killed write
-left that the resumed run did not remove). The table and ``benchmarks/results/faults.json``
+left that the resumed run did not remove, or a fuzzed command left), "hang" (past the time limit). The table and ``benchmarks/results/faults.json``
 count them.
 
     python benchmarks/faults.py                 # 20 kills, writes benchmarks/results/faults.json
@@ -21,10 +28,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import os
+import pickle
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -110,17 +120,37 @@ def kills(folder: Path, config: Path, reference: Path, count: int, seconds: floa
     return cases
 
 
-def run_cli(argv: list[str]) -> tuple[int, str]:
-    """``attnmt ARGV`` in this process: (exit status, stderr); an exception escaping is a traceback."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = cli_main(argv)
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
-        except Exception as error:  # noqa: BLE001 - that is what is measured
-            return -1, f"Traceback: {type(error).__name__}: {error}"
-    return code, err.getvalue()
+class Hang(Exception):
+    """A fuzzed case ran past its time limit."""
+
+
+def _alarm(signum, frame):
+    raise Hang()
+
+
+def run_cli(argv: list[str], stdin: bytes | None = None, limit: int = 120) -> tuple[int, str, str]:
+    """``attnmt ARGV`` in this process, with ``stdin`` as standard input: (exit status, stdout,
+    stderr). An exception escaping is a traceback (status -1), a run past ``limit`` s a hang (-2)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin or b""))
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(limit)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = cli_main(argv)
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    except Hang:
+        return -2, out.getvalue(), err.getvalue() + "hang"
+    except Exception as error:  # noqa: BLE001 - that is what is measured
+        return -1, out.getvalue(), f"Traceback: {type(error).__name__}: {error}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        sys.stdin = saved_stdin
+    return code, out.getvalue(), err.getvalue()
 
 
 def damaged(folder: Path, reference: Path) -> list[dict]:
@@ -151,7 +181,7 @@ def damaged(folder: Path, reference: Path) -> list[dict]:
                 torch.save({"weights": torch.zeros(3)}, path)  # another program's file
             else:
                 path.write_bytes(change(path.read_bytes()))
-            code, err = run_cli(argv(run, name))
+            code, _, err = run_cli(argv(run, name))
             lines = [line for line in err.splitlines() if line.strip() and not line.startswith("attnmt ") or
                      "error:" in line]
             clear = code == 2 and str(path) in err and "Traceback" not in err and len(lines) == 1
@@ -163,9 +193,153 @@ def damaged(folder: Path, reference: Path) -> list[dict]:
     return cases
 
 
+WORDS = "ein der hund katze mann frau läuft sitzt im park ball rot blau groß klein".split()
+
+
+def _line(rng: random.Random) -> bytes:
+    kind = rng.choice(["words", "words", "empty", "blank", "invalid", "nul", "long", "crlf", "unicode"])
+    text = " ".join(rng.choices(WORDS, k=rng.randint(1, 8))).capitalize() + "."
+    return {
+        "words": text.encode(), "empty": b"", "blank": b" \t ", "invalid": text.encode()[:5] + b"\xff\xfe" + b"x",
+        "nul": b"ein\x00hund", "long": " ".join(rng.choices(WORDS, k=10_000)).encode(),
+        "crlf": text.encode() + b"\r", "unicode": "Ein Hund 🐕 läuft — „schnell“.".encode(),
+    }[kind]
+
+
+def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: Path, data: dict[str, Path]):
+    """(family, argv, stdin bytes, expected output lines or None) for ``count`` generated cases."""
+    absurd_ints = ["-1", "0", "1", "3", "1000000", "99999999999", "x", ""]
+    broken_files = {
+        "missing": folder / "nope.de",
+        "short": data["short"],  # fewer lines than its partner
+        "truncated gz": data["truncated"],
+        "not utf-8": data["latin1"],
+        "empty": data["empty"],
+        "folder": folder,
+        "foreign pickle": data["pickle"],
+    }
+    families = ["translate args", "translate stdin", "train config", "train data", "evaluate", "view",
+                "embed", "align-words", "compare", "explore"]
+    for number in range(count):
+        family = families[number % len(families)]
+        pick = rng.choice
+        if family == "translate args":
+            argv = ["translate", str(run), *[_line(rng).decode("utf-8", "replace") for _ in range(rng.randint(0, 3))]]
+            for option, values in (("--beam", absurd_ints), ("--batch-size", absurd_ints),
+                                   ("--checkpoint", ["best", "last", "nope"]), ("--precision", ["bf16", "fp16", "fp8"]),
+                                   ("--device", ["cpu", "cuda", "tpu", "cuda:7"])):
+                if rng.random() < 0.35:
+                    argv += [option, pick(values)]
+            stdin = b"\n".join(_line(rng) for _ in range(rng.randint(1, 6))) if len(argv) == 2 else None
+            yield family, argv, stdin
+        elif family == "translate stdin":
+            lines = [_line(rng) for _ in range(rng.randint(1, 12))]
+            if rng.random() < 0.3:
+                lines[0] = b"\xef\xbb\xbf" + lines[0]
+            ending = pick([b"\n", b"\r\n", b"\r"])
+            yield family, ["translate", str(run)], ending.join(lines) + pick([b"", ending])
+        elif family == "train config":
+            values = {"training.lr": ["-1", "0", "x", "null", "1e9"], "training.max_steps": absurd_ints,
+                      "data.vocab_size": absurd_ints, "data.max_tokens": absurd_ints,
+                      "model.hidden_dim": absurd_ints, "model.attention": ["telepathy", "sdp", "3"],
+                      "training.bogus": ["1"], "data.max_length": absurd_ints, "search.beam": absurd_ints,
+                      "training.device": ["cpu", "cuda", "tpu"], "training.precision": ["fp16", "fp8", "bf16"]}
+            key = pick(sorted(values))
+            argv = ["train", "--config", str(config), "--out", str(folder / f"fuzz-run-{number}"), "--no-progress",
+                    "--max-steps", "2", "--set", f"{key}={pick(values[key])}"]
+            yield family, argv, None
+        elif family == "train data":
+            side, broken = pick(["train", "valid"]), pick(sorted(broken_files))
+            index = rng.randint(0, 1)
+            value = [str(data["train.de"]), str(data["train.en"])] if side == "train" else \
+                [str(data["valid.de"]), str(data["valid.en"])]
+            value[index] = str(broken_files[broken])
+            argv = ["train", "--config", str(config), "--out", str(folder / f"fuzz-run-{number}"), "--no-progress",
+                    "--max-steps", "2", "--set", f"data.{side}=[{value[0]}, {value[1]}]"]
+            yield family, argv, None
+        elif family == "evaluate":
+            argv = ["evaluate", pick([str(run), str(folder / "nope"), str(data["pickle"])]), "--no-progress",
+                    "--split", pick(["valid", "test", "nope", ""]), "-n", pick(["0", "1", "-1", "1000000"])]
+            if rng.random() < 0.5:
+                argv += ["--beam", *rng.sample(absurd_ints[:6], rng.randint(1, 3))]
+            yield family, argv, None
+        elif family == "view":
+            yield family, ["view", str(run), "--split", "valid", "-n", pick(absurd_ints), "--out",
+                           str(folder / f"view-{number}.html"), "--no-progress", "--beam", pick(["1", "2", "0"])], None
+        elif family == "embed":
+            yield family, ["embed", "--src", str(pick([data["train.de"], data["short"], data["latin1"],
+                                                        data["truncated"], folder / "nope"])),
+                           "--tgt", str(data["train.en"]), "--out", str(folder / f"vec-{number}"),
+                           "--dim", pick(["2", "0", "-1", "100000"]), "--min-count", pick(["1", "0", "5"])], None
+        elif family == "align-words":
+            yield family, ["align-words", "--src-vectors", str(pick([data["vec"], data["latin1"], folder / "nope",
+                                                                     data["pickle"]])),
+                           "--tgt-vectors", str(data["vec"]), "--src", _line(rng).decode("utf-8", "replace"),
+                           "--tgt", _line(rng).decode("utf-8", "replace"),
+                           "--temperature", pick(["0.2", "0", "-1", "x"])], None
+        elif family == "compare":
+            yield family, ["compare", "--config", str(config), "--attention", *rng.sample(["dot", "sdp", "telepathy",
+                                                                                           "dot"], 2),
+                           "--runs", pick(["0", "-1", "1"]), "--max-steps", "1", "--split", "valid",
+                           "--out", str(folder / f"compare-{number}"), "--no-progress"], None
+        else:
+            yield family, ["explore", pick(["copy", "average", "noisy", "multihead", "all", "nope"]),
+                           "--dim", pick(["0", "1", "4", "-3"]), "--keys", pick(["1", "2", "4", "0"]),
+                           "--samples", pick(["1", "2", "10"])], None
+
+
+def _lines(data: bytes) -> int:
+    """Lines in ``data`` as universal newlines count them (a last line without its end counts)."""
+    return len(re.findall(rb"\r\n|\r|\n", data)) + (1 if data and not data.endswith((b"\n", b"\r")) else 0)
+
+
+def fuzz(folder: Path, run: Path, config: Path, count: int, rng: random.Random) -> list[dict]:
+    data = {name: folder / f"{name}" for name in ("train.de", "train.en", "valid.de", "valid.en")}
+    data["short"] = folder / "short.en"
+    data["short"].write_text("ein hund.\n", encoding="utf-8")
+    data["latin1"] = folder / "latin1.de"
+    data["latin1"].write_bytes("ein hund läuft.\n".encode("latin-1") * 30)
+    data["empty"] = folder / "empty.de"
+    data["empty"].write_bytes(b"")
+    data["truncated"] = folder / "truncated.de.gz"
+    data["truncated"].write_bytes(gzip.compress(data["train.de"].read_bytes())[:200])
+    data["pickle"] = folder / "foreign.pkl"
+    data["pickle"].write_bytes(pickle.dumps({"not": "attnmt"}))
+    data["vec"] = folder / "tiny.vec"
+    data["vec"].write_text("3 2\nein 0.1 0.2\nhund 0.3 0.1\nläuft 0.0 1.0\n", encoding="utf-8")
+    cases = []
+    for family, argv, stdin in fuzz_cases(rng, count, folder, run, config, data):
+        before = {p for p in folder.rglob("*.tmp")}
+        code, out, err = run_cli(argv, stdin)
+        partial = sorted(str(p.relative_to(folder)) for p in set(folder.rglob("*.tmp")) - before)
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        if code == -1:
+            outcome = "traceback"
+        elif code == -2:
+            outcome = "hang"
+        elif partial:
+            outcome = "partial file left"
+        elif code == 0:
+            if family.startswith("translate") and stdin is not None and len(out.split("\n")) - 1 != _lines(stdin):
+                outcome = "different result"  # one output line per input line
+            else:
+                outcome = "correct"
+        elif code == 2 and "error:" in last and "Traceback" not in err:
+            outcome = "clear error"
+            if family.startswith("translate") and stdin is not None and "standard input line" in err:
+                outcome = "clear error" if len(out.split("\n")) - 1 == _lines(stdin) else "different result"
+        else:
+            outcome = f"other (status {code})"
+        cases.append({"family": family, "argv": [a[:80] for a in argv[1:]], "outcome": outcome, "message": last[:300]})
+        if outcome not in ("correct", "clear error"):
+            print(f"  {family}: {outcome}: {' '.join(argv)[:150]} -> {last[:200]}", flush=True)
+    return cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILL moments (default 20)")
+    parser.add_argument("--fuzz", type=int, default=500, help="generated input cases (default 500)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -182,9 +356,11 @@ def main() -> None:
         categories = {"killed training": kills(folder, config, folder / "reference", args.kills, seconds, rng)}
         print("damaged run folders", flush=True)
         categories["damaged run folders"] = damaged(folder, folder / "reference")
+        print(f"fuzzed input: {args.fuzz} cases", flush=True)
+        categories["fuzzed input"] = fuzz(folder, folder / "reference", config, args.fuzz, rng)
 
     outcomes = ["correct", "clear error", "traceback", "unreadable checkpoint", "different result",
-                "partial file left"]
+                "partial file left", "hang"]
     rows = []
     for name, cases in categories.items():
         counts = [sum(case["outcome"] == outcome for case in cases) for outcome in outcomes]
@@ -194,7 +370,7 @@ def main() -> None:
     print()
     print(table)
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
-              "torch": torch.__version__, "kills": args.kills, "seed": args.seed,
+              "torch": torch.__version__, "kills": args.kills, "fuzz": args.fuzz, "seed": args.seed,
               "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
               "cases": categories}
     write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")

@@ -160,3 +160,16 @@ def test_a_search_too_big_for_the_machine_is_refused_before_it_starts(trained, c
     assert cli_main(["translate", str(trained), *sentences, "--beam", "60", "--batch-size", "10000"]) == 2
     err = capsys.readouterr().err
     assert "beam 60 with 10000 sentences at once needs about 0.5 GiB" in err and "use --batch-size 9320 or less" in err
+
+
+def test_a_source_far_longer_than_training_is_refused_not_decoded_for_minutes(trained, capsys, monkeypatch):
+    """A 10,000-word line would take tens of thousands of decoding steps: refused in one line as an
+    argument; on standard input only that line is left empty."""
+    long_line = " ".join(["hund"] * 10_000)
+    assert cli_main(["translate", str(trained), long_line]) == 2
+    assert "sentence 1: 50000 subword pieces, more than 1000 (ten times the longest" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"Ein Hund.\n{long_line}\nEin Mann.\n".encode())))
+    assert cli_main(["translate", str(trained)]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.out.split("\n")) == 4 and captured.out.split("\n")[1] == ""
+    assert "standard input line 2: 50000 subword pieces" in captured.err

@@ -85,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
     chunk: list[str | None] = []
     bad_lines = 0
     for number, line in enumerate(_stdin_lines(), start=1):
+        problem = None
         if isinstance(line, UnicodeDecodeError):
+            problem = f"not valid UTF-8 (byte {line.object[line.start]:#04x} at byte {line.start + 1})"
+        elif line.strip():
+            problem = translator.source_problem(line)
+        if problem is not None:
             bad_lines += 1
-            say("translate", f"error: standard input line {number}: not valid UTF-8 (byte {line.object[line.start]:#04x} "
-                             f"at byte {line.start + 1}); its output line is left empty")
+            say("translate", f"error: standard input line {number}: {problem}; its output line is left empty")
             line = None
         chunk.append(line)
         if len(chunk) >= STDIN_CHUNK:

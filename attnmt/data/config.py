@@ -150,6 +150,8 @@ class DataConfig:
                 raise ConfigError(f"data.train_links: must be a file path or null, got {self.train_links!r}")
             self.train_links = str(self.train_links)
         _check_int("vocab_size", self.vocab_size, minimum=5)
+        if self.vocab_size > 1_000_000:
+            raise ConfigError(f"data.vocab_size: must be at most 1000000 subword pieces, got {self.vocab_size!r}")
         _check_int("max_tokens", self.max_tokens, minimum=1)
         if self.max_length is not None:
             _check_int("max_length", self.max_length, minimum=1)

@@ -262,7 +262,7 @@ def train_tokenizer(
             num_threads=num_threads,
             minloglevel=2,  # errors only: sentencepiece is chatty on stderr otherwise
         )
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:
         raise DataError(f"sentencepiece could not train tokenizer {name!r}: {error}") from None
     tokenizer = Tokenizer(model.getvalue(), name=name)
     logger.info(
