@@ -188,7 +188,9 @@ class Translator:
         beam = search.beam if beam is None else beam
         if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
             raise ValueError(f"translate: beam must be an integer >= 1, got {beam!r}")
-        batch_size = batch_size or search.batch_size
+        batch_size = search.batch_size if batch_size is None else batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch size must be an integer >= 1, got {batch_size!r}")
         alpha = search.alpha if alpha is None else alpha
         precision = check_precision(search.precision if precision is None else precision)
         sentences = [str(sentence) for sentence in sentences]

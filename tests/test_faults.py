@@ -91,3 +91,15 @@ def test_resuming_a_run_that_lost_its_last_checkpoint_is_refused(tmp_path, capsy
     assert cli_main(["train", "--out", str(run), "--resume", "--no-progress"]) == 2
     assert f"{run / 'last.pt'}: missing, but the run has a best.pt" in capsys.readouterr().err
     assert (run / "best.pt").read_bytes() == before
+
+
+def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
+    """Found by benchmarks/faults.py: a negative batch size, and a model too large to allocate."""
+    config = tiny_config(tmp_path, max_epochs=1, max_steps=2)
+    run_trainer(tmp_path, config)
+    assert cli_main(["translate", str(tmp_path / "run"), "Ein Hund.", "--batch-size", "-1"]) == 2
+    assert "batch size must be an integer >= 1, got -1" in capsys.readouterr().err
+    path = save_yaml(tmp_path, config, "huge.yaml")
+    assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "huge"), "--no-progress",
+                     "--set", "model.hidden_dim=99999999999"]) == 2
+    assert "does not fit in the memory of cpu" in capsys.readouterr().err

@@ -111,7 +111,13 @@ def build_training(
 
     seed_everything(training.seed)
     # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
-    model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
+    try:
+        model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
+    except (RuntimeError, MemoryError) as error:  # the allocator's own words for a model too large
+        if "alloc" not in str(error).lower() and not isinstance(error, MemoryError):
+            raise
+        raise ConfigError(f"model: the model this config describes does not fit in the memory of {device} "
+                          f"({str(error).splitlines()[0][:160]}); make it smaller") from None
     optimizer = torch.optim.Adam(model.parameters(), lr=training.lr)
     parts = TrainingParts(
         config=config, run_dir=run_dir, context=context, tokenizers=tokenizers,
