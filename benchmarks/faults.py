@@ -330,7 +330,8 @@ def fuzz(folder: Path, run: Path, config: Path, count: int, rng: random.Random) 
                 outcome = "clear error" if len(out.split("\n")) - 1 == _lines(stdin) else "different result"
         else:
             outcome = f"other (status {code})"
-        cases.append({"family": family, "argv": [a[:80] for a in argv[1:]], "outcome": outcome, "message": last[:300]})
+        cases.append({"family": family, "argv": [a.replace(str(folder), "$RUNS")[:80] for a in argv[1:]],
+                      "outcome": outcome, "message": last.replace(str(folder), "$RUNS")[:300]})
         if outcome not in ("correct", "clear error"):
             print(f"  {family}: {outcome}: {' '.join(argv)[:150]} -> {last[:200]}", flush=True)
     return cases
