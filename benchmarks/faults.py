@@ -337,6 +337,20 @@ def fuzz(folder: Path, run: Path, config: Path, count: int, rng: random.Random) 
     return cases
 
 
+def recorded_cases(categories: dict[str, list[dict]]) -> dict:
+    """Every case of the small categories; of the fuzzed input, the outcomes per command family and
+    every case that did not end correctly or with a clear error (500 ordinary cases are noise)."""
+    recorded = {name: cases for name, cases in categories.items() if name != "fuzzed input"}
+    fuzzed = categories.get("fuzzed input", [])
+    by_family: dict[str, dict[str, int]] = {}
+    for case in fuzzed:
+        counts = by_family.setdefault(case["family"], {})
+        counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
+    recorded["fuzzed input"] = {"by_family": by_family,
+                                "faults": [c for c in fuzzed if c["outcome"] not in ("correct", "clear error")]}
+    return recorded
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILL moments (default 20)")
@@ -373,7 +387,7 @@ def main() -> None:
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
               "torch": torch.__version__, "kills": args.kills, "fuzz": args.fuzz, "seed": args.seed,
               "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
-              "cases": categories}
+              "cases": recorded_cases(categories)}
     write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")
     print(f"\nwrote {args.output}")
 
