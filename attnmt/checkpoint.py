@@ -90,12 +90,19 @@ def _on_cpu(value: Any) -> Any:
 
 
 def save_checkpoint(checkpoint: dict, path: str | Path) -> Path:
-    """Write ``checkpoint`` to ``path`` atomically (temporary file in the same folder + os.replace)."""
+    """Write ``checkpoint`` to ``path`` atomically (temporary file in the same folder + os.replace).
+
+    The archive is built in memory first and then written: ``torch.save`` into a file turns the
+    file's own OSError (a full disk) into a RuntimeError about zip positions, and a write of bytes
+    keeps the OSError that ``atomic_writer`` reports as a full disk.
+    """
     path = Path(path)
     if checkpoint.get("format") != FORMAT:
         raise ValueError("save_checkpoint: build the dictionary with make_checkpoint()")
+    archive = io.BytesIO()
+    torch.save(checkpoint, archive)
     with atomic_writer(path) as handle:
-        torch.save(checkpoint, handle)
+        handle.write(archive.getbuffer())
     return path
 
 

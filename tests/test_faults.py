@@ -1,18 +1,22 @@
 """Faults: a full disk while writing, and two writers into one folder.
 
-A write that fails with ENOSPC (simulated: ``os.fsync`` raises it) keeps the previous file intact,
-leaves no temporary file, and ends the command with one line that says so. A second ``attnmt
-train`` into a run folder being trained into, or a second ``attnmt compare`` into the same output
-folder, is refused in one line."""
+A write that fails with ENOSPC (simulated by ``full_disk``: the writes into a folder fail once a
+byte budget is spent, as a full file system fails them) keeps the previous file intact, leaves no
+temporary file, and ends the command with one line that says so. A second ``attnmt train`` into a
+run folder being trained into, or a second ``attnmt compare`` into the same output folder, is
+refused in one line."""
 
 from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
+import torch
 
 import attnmt.files
+from attnmt.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.errors import OutputError
 from attnmt.files import write_text_atomic
@@ -22,6 +26,75 @@ from tests.test_training import run_trainer, save_yaml, tiny_config
 
 def _disk_full(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FullDiskFile:
+    """A file whose writes fail with ENOSPC once ``disk.budget`` bytes have been written in all."""
+
+    def __init__(self, handle, disk: "FullDisk") -> None:
+        self._handle, self._disk = handle, disk
+
+    def write(self, data) -> int:
+        size = memoryview(data).nbytes
+        room = self._disk.budget - self._disk.written
+        if size > room:
+            self._disk.written += self._handle.write(memoryview(data)[: max(room, 0)])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._disk.written += size
+        return self._handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+
+
+class FullDisk:
+    """The file system under ``folder`` holding only ``budget`` more bytes (None: counting only).
+
+    ``written`` counts what attnmt's writer put there. Files are opened through ``os.fdopen``
+    (``attnmt.files``), which this replaces while it is entered."""
+
+    def __init__(self, folder: Path, budget: int | None = None) -> None:
+        self.folder, self.budget, self.written = Path(folder).resolve(), budget, 0
+
+    def _fdopen(self, descriptor, *args, **kwargs):
+        handle = self._original(descriptor, *args, **kwargs)
+        target = Path(os.readlink(f"/proc/self/fd/{descriptor}"))
+        if not target.is_relative_to(self.folder):
+            return handle
+        if self.budget is None:
+            self.budget = float("inf")
+        return _FullDiskFile(handle, self)
+
+    def __enter__(self) -> "FullDisk":
+        self._original = attnmt.files.os.fdopen
+        attnmt.files.os.fdopen = self._fdopen
+        return self
+
+    def __exit__(self, *exc) -> None:
+        attnmt.files.os.fdopen = self._original
+
+
+def test_a_checkpoint_write_that_fills_the_disk_is_an_output_error_not_a_zip_error(tmp_path):
+    """Found by benchmarks/faults.py: torch.save into a file turned the file's ENOSPC into a
+    RuntimeError ("unexpected pos ..."), a traceback on a real full disk."""
+    checkpoint = make_checkpoint(config={"model": {"type": "rnn"}}, model_state={"w": torch.arange(5000.0)},
+                                 tokenizers={})
+    path = save_checkpoint(checkpoint, tmp_path / "last.pt")
+    before = path.read_bytes()
+    changed = make_checkpoint(config={"model": {"type": "rnn"}}, model_state={"w": torch.zeros(5000)}, tokenizers={})
+    for budget in (0, 700, len(before) // 2, len(before) - 1):
+        with FullDisk(tmp_path, budget), pytest.raises(OutputError, match="No space left on device"):
+            save_checkpoint(changed, path)
+        assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+    with FullDisk(tmp_path, len(before)) as disk:
+        save_checkpoint(changed, path)
+    assert disk.written == len(before) and torch.equal(load_checkpoint(path)["model"]["w"], torch.zeros(5000))
 
 
 def test_a_full_disk_keeps_the_previous_file_and_leaves_no_temporary(tmp_path, monkeypatch):
@@ -103,3 +176,56 @@ def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "huge"), "--no-progress",
                      "--set", "model.hidden_dim=99999999999"]) == 2
     assert "does not fit in the memory of cpu" in capsys.readouterr().err
+    # align --threads 0 (a RuntimeError of torch) and --max-tokens -1 (a ValueError) were tracebacks.
+    align = ["align", "--model", str(tmp_path / "run"), "--src", str(tmp_path / "valid.de"), "--tgt",
+             str(tmp_path / "valid.en"), "--out", str(tmp_path / "links.txt")]
+    assert cli_main([*align, "--threads", "0"]) == 2
+    assert "threads must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert cli_main([*align, "--max-tokens", "-1"]) == 2
+    assert "--max-tokens must be an integer >= 1, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "links.txt").exists()
+
+
+def test_a_training_batch_too_big_for_the_machine_is_refused_before_the_first_step(tmp_path, capsys, monkeypatch):
+    """On a machine with 1 MiB free, the logits of 64 words (768 bytes a target position) leave room
+    for 682 positions: data.max_tokens 100,000,000 (one batch of all 200 pairs) is refused, and the
+    682 that the message advises trains."""
+    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=2))
+    monkeypatch.setattr("attnmt.training.builder.available_memory", lambda device: 2**20)
+    assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "big"), "--no-progress",
+                     "--set", "data.max_tokens=100000000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("attnmt train: error: data.max_tokens=100000000: a training batch of up to ")
+    assert "for its logits over 64 words alone, more than half of the 1 MiB free on cpu" in err
+    assert err.endswith("use data.max_tokens 682 or less")
+    assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "fits"), "--no-progress",
+                     "--set", "data.max_tokens=682"]) == 0
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("search.max_len_b=100000000", "search.max_len_b: must be an integer from 0 to 1000, got 100000000"),
+    ("search.max_len_a=100000", "search.max_len_a: at most 10 (an output 10 times as long as its source), got 100000.0"),
+])
+def test_an_output_limit_that_would_decode_for_hours_is_refused(tmp_path, capsys, setting, message):
+    """Found by hand after the fuzz run: these decoded validation sentences for over a minute (the
+    untrained model never ends one), now they end in one line before any work."""
+    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=2))
+    assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "run"), "--no-progress",
+                     "--set", setting]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_training_whose_disk_fills_up_ends_in_one_line_and_resumes_to_the_same_end(tmp_path, capsys):
+    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=2, max_steps=8, checkpoint_every=2))
+    train = ["train", "--config", str(config_path), "--no-progress", "--out"]
+    with FullDisk(tmp_path / "alone") as disk:
+        assert cli_main([*train, str(tmp_path / "alone")]) == 0
+    with FullDisk(tmp_path / "full", disk.written // 2):
+        assert cli_main([*train, str(tmp_path / "full")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"attnmt train: error: {tmp_path / 'full'}") and "(No space left on device)" in err
+    assert not list((tmp_path / "full").glob(".*.tmp"))
+    assert cli_main([*train, str(tmp_path / "full"), "--resume"]) == 0
+    alone, resumed = load_checkpoint(tmp_path / "alone" / "last.pt"), load_checkpoint(tmp_path / "full" / "last.pt")
+    assert all(torch.equal(alone["model"][name], resumed["model"][name]) for name in alone["model"])
+    assert alone["progress"]["step"] == resumed["progress"]["step"] == 8
