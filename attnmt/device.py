@@ -25,7 +25,7 @@ import torch
 
 from attnmt.errors import ConfigError
 
-__all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank",
+__all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank", "memory_size",
            "resolve_device"]
 
 DEVICE_NAMES = ("auto", "cpu", "cuda", "cuda:N", "mps")
@@ -109,6 +109,11 @@ def available_memory(device: torch.device) -> int | None:
     except OSError:
         return None
     return None
+
+
+def memory_size(count: int) -> str:
+    """A byte count as people read it: ``627 MiB``, ``3.5 GiB``."""
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
 def describe(device: torch.device, precision: str, tf32: bool = False) -> str:

@@ -61,7 +61,14 @@ from attnmt.errors import ConfigError
 from attnmt.precision import check_precision
 from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
-__all__ = ["Hypothesis", "SearchConfig", "beam_search", "greedy_search", "length_penalty"]
+__all__ = ["MAX_LEN_A", "MAX_LEN_B", "Hypothesis", "SearchConfig", "beam_search", "greedy_search", "length_penalty"]
+
+#: The largest max_len_a and max_len_b a search takes: an output 10 times its source's length plus
+#: 1,000 tokens is already no translation, and an untrained model that never ends a sentence
+#: decodes every step of the limit.
+MAX_LEN_A = 10
+MAX_LEN_B = 1000
+
 
 @dataclass
 class SearchConfig:
@@ -70,7 +77,8 @@ class SearchConfig:
 
     beam        1 = greedy search
     alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
-    max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens
+    max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens (at most
+                MAX_LEN_A and MAX_LEN_B: beyond them an untrained model would decode for hours)
     batch_size  sentences decoded at once
     precision   "fp32", "bf16" or "fp16": the search's matrix products under autocast
                 (log-probabilities and scores stay float32 / float64); faster on CPUs with
@@ -90,12 +98,15 @@ class SearchConfig:
         for key in ("beam", "batch_size"):
             if not is_int(getattr(self, key)) or getattr(self, key) < 1:
                 raise ConfigError(f"search.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
-        if not is_int(self.max_len_b) or self.max_len_b < 0:
-            raise ConfigError(f"search.max_len_b: must be an integer >= 0, got {self.max_len_b!r}")
+        if not is_int(self.max_len_b) or not 0 <= self.max_len_b <= MAX_LEN_B:
+            raise ConfigError(f"search.max_len_b: must be an integer from 0 to {MAX_LEN_B}, got {self.max_len_b!r}")
         for key in ("alpha", "max_len_a"):
             if not is_number(getattr(self, key)) or getattr(self, key) < 0:
                 raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
             setattr(self, key, float(getattr(self, key)))
+        if self.max_len_a > MAX_LEN_A:
+            raise ConfigError(f"search.max_len_a: at most {MAX_LEN_A} (an output {MAX_LEN_A} times as long as "
+                              f"its source), got {self.max_len_a!r}")
         check_precision(self.precision, "search.precision")
         check_device_name(self.device, "search.device")
 

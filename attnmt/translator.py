@@ -27,6 +27,7 @@ from attnmt.config import RunConfig, SearchConfig
 from attnmt.data import Tokenizers, batches_for_inference
 from attnmt.device import (
     available_memory,
+    memory_size,
     check_device_name,
     describe,
     enable_tf32,
@@ -106,7 +107,9 @@ class Translator:
         """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly) onto ``device``
         (attnmt.device; ConfigError when the machine lacks it). ``precision`` / ``device`` None keep
         the run's ``search.precision`` / ``search.device``."""
-        if num_threads:
+        if num_threads is not None:
+            if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+                raise ConfigError(f"threads must be an integer >= 1, got {num_threads!r}")
             torch.set_num_threads(num_threads)
         path = checkpoint_path(run, checkpoint)
         state = load_checkpoint(path)
@@ -146,20 +149,34 @@ class Translator:
                     f"was trained on); split it into sentences")
         return None
 
-    def _check_resources(self, beam: int, batch_size: int) -> None:
-        """ConfigError, before any work, for a beam wider than the vocabulary or a search step
-        (batch_size × beam rows × vocabulary) larger than the memory the device has free."""
+    def search_bytes(self, beam: int, batch_size: int, source_length: int, return_attention: bool) -> int:
+        """About the most memory one batch of search holds: batch_size × beam rows, each with
+        one step's vocabulary-sized work (V × 16 bytes) and, for every one of up to
+        L_max = max_len_a · S + max_len_b + 1 output tokens, its id (8 bytes), its attention
+        over the S = ``source_length`` source positions (4 · S, when kept) and the decoder
+        state's growth (``model.state_bytes_per_token``)."""
+        search = self.search
+        longest_output = int(search.max_len_a * source_length + search.max_len_b) + 1
+        per_token = 8 + (4 * source_length if return_attention else 0) + self.model.state_bytes_per_token
+        per_row = self.tokenizers.tgt.vocab_size * self.BYTES_PER_ROW_AND_TOKEN + longest_output * per_token
+        return batch_size * beam * per_row
+
+    def _check_resources(self, beam: int, batch_size: int, source_length: int, return_attention: bool) -> None:
+        """ConfigError, before any work, for a beam wider than the vocabulary or a batch of search
+        (``search_bytes``) larger than half the memory the device has free."""
         vocabulary = self.tokenizers.tgt.vocab_size
         if beam > vocabulary:
             raise ConfigError(f"beam {beam}: at most the target vocabulary size, {vocabulary}")
-        needed = batch_size * beam * vocabulary * self.BYTES_PER_ROW_AND_TOKEN
+        needed = self.search_bytes(beam, batch_size, source_length, return_attention)
         available = available_memory(self.device)
         if available is not None and needed > available // 2:
-            fits = max(1, available // 2 // (beam * vocabulary * self.BYTES_PER_ROW_AND_TOKEN))
+            fits = max(1, available // 2 // self.search_bytes(beam, 1, source_length, return_attention))
+            longest_output = int(self.search.max_len_a * source_length + self.search.max_len_b)
             raise ConfigError(
-                f"beam {beam} with {batch_size} sentences at once needs about {needed / 2**30:.1f} GiB a search "
-                f"step, more than half of the {available / 2**30:.1f} GiB free on {self.device}; use --batch-size "
-                f"{fits} or less" + (", or a smaller --beam" if fits == 1 else "")
+                f"beam {beam} with {batch_size} sentences at once and outputs of up to {longest_output} tokens "
+                f"needs about {memory_size(needed)}, more than half of the {memory_size(available)} free on "
+                f"{self.device}; use --batch-size {fits} or less"
+                + (", a smaller --beam or a smaller search.max_len_a / max_len_b" if fits == 1 else "")
             )
 
     def translate(
@@ -196,12 +213,13 @@ class Translator:
         sentences = [str(sentence) for sentence in sentences]
         if not sentences:
             return []
-        self._check_resources(beam, min(batch_size, len(sentences)))
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
         src_ids = src_tok.encode_many(sentences)
         for number, ids in enumerate(src_ids, start=1):
             if len(ids) > self.max_source_pieces:
                 raise ConfigError(f"sentence {number}: {self.source_problem(sentences[number - 1])}")
+        longest_source = max(len(ids) for ids in src_ids) + 1  # with EOS
+        self._check_resources(beam, min(batch_size, len(sentences)), longest_source, return_attention)
         batches = batches_for_inference(src_ids, batch_size=batch_size)
         results: list[Translation | None] = [None] * len(sentences)
 
@@ -252,4 +270,3 @@ class Translator:
             if bar is not None:
                 bar.close()
         return results  # type: ignore[return-value]
-

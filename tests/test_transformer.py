@@ -414,3 +414,21 @@ def test_decoding_under_bfloat16_autocast_gives_float32_log_probabilities(genera
     assert log_probs.dtype == torch.float32
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(log_probs.shape[:2]), rtol=0, atol=1e-5)
     torch.testing.assert_close(log_probs, expected, rtol=0, atol=0.1)  # bf16 products: close, not equal
+
+
+def test_state_bytes_per_token_is_what_the_decoder_state_grows_by(generator):
+    """The translator's memory check counts ``state_bytes_per_token`` per output token of a row."""
+    model = tiny_model(decoder_layers=3).eval()
+    src, src_mask, _ = random_batch(generator, batch=2)
+
+    def size(state) -> int:
+        return sum(t.nelement() * t.element_size() for t in (*state.keys, *state.values, state.target_mask))
+
+    with torch.no_grad():
+        encoded = model.encode(src, src_mask)
+        state = model.init_decoder_state(encoded)
+        prev = torch.full((2,), 1)
+        _, _, state = model.decode_step(prev, state, encoded, 0)
+        one = size(state)
+        _, _, state = model.decode_step(prev, state, encoded, 1)
+    assert size(state) - one == 2 * model.state_bytes_per_token  # two rows, one token more each

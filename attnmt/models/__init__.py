@@ -8,6 +8,7 @@ L layers and h heads of attention over the source::
         return_attention=True gives [B, T, S] (the weights search returns), "heads" gives the
         cross-attention of every layer and head in one shape for every model: [B, L, h, T, S]
     model.cross_attention_layers (L), model.attention_heads (h)
+    model.state_bytes_per_token     bytes a search row's decoder state grows by per output token
     encoded = model.encode(src, src_mask)               .index_select(index) -> same type
     state = model.init_decoder_state(encoded)           .index_select(index) -> same type
     log_probs [N, V], weights [N, S], state = model.decode_step(prev_tokens [N], state, encoded, step)

@@ -312,6 +312,7 @@ class RNNSeq2Seq(nn.Module):
 
     model_type = "rnn"
     cross_attention_layers = 1
+    state_bytes_per_token = 0  # the decoder state is one fixed-size hidden state per row
 
     def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()

@@ -523,6 +523,13 @@ class Transformer(nn.Module):
         """Number of heads h of every attention (forward can return per-head weights)."""
         return self.config.heads
 
+    @property
+    def state_bytes_per_token(self) -> int:
+        """Bytes the decoder state of one search row grows by per output token: the float32 keys
+        and values of every decoder layer's self-attention cache, and the prefix mask
+        (2 · L · d_model · 4 + 1)."""
+        return 2 * self.config.decoder_layers * self.config.d_model * 4 + 1
+
     # ---- teacher forcing ------------------------------------------------------------------
 
     def forward(

@@ -27,7 +27,7 @@ from attnmt.data import (
     train_tokenizers,
 )
 from attnmt.data.links import AlignmentGuide, check_links_file
-from attnmt.device import describe, enable_tf32, resolve_device
+from attnmt.device import available_memory, describe, enable_tf32, memory_size, resolve_device
 from attnmt.errors import ConfigError
 from attnmt.files import remove_stale_temporaries, write_text_atomic
 from attnmt.models import build_model, count_parameters
@@ -118,6 +118,7 @@ def build_training(
             raise
         raise ConfigError(f"model: the model this config describes does not fit in the memory of {device} "
                           f"({str(error).splitlines()[0][:160]}); make it smaller") from None
+    _check_batch_memory(data.max_tokens, train_ids.src_ids, train_ids.tgt_ids, tokenizers.tgt.vocab_size, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=training.lr)
     parts = TrainingParts(
         config=config, run_dir=run_dir, context=context, tokenizers=tokenizers,
@@ -144,6 +145,25 @@ def build_training(
     )
     say(describe(device, training.precision, tf32))
     return parts
+
+
+def _check_batch_memory(max_tokens: int, src_ids, tgt_ids, vocabulary: int, device: torch.device) -> None:
+    """ConfigError, before the first step, when the largest training batch cannot fit: its logits,
+    their log-probabilities and their gradient are 3 float32 tensors of N × V, N its padded target
+    positions. N is at most max(max_tokens, W) and at most P · W (W the widest pair, P pairs:
+    a budget beyond the corpus makes one batch of all of it)."""
+    widest = max(max(len(s), len(t)) + 1 for s, t in zip(src_ids, tgt_ids))
+    positions = min(max(max_tokens, widest), len(tgt_ids) * widest)
+    needed = 3 * positions * vocabulary * 4
+    available = available_memory(device)
+    if available is not None and needed > available // 2:
+        fits = available // 2 // (3 * vocabulary * 4)
+        advice = f"use data.max_tokens {fits} or less" if fits >= widest else "use a smaller data.vocab_size or data.max_length"
+        raise ConfigError(
+            f"data.max_tokens={max_tokens}: a training batch of up to {positions:,} target positions needs about "
+            f"{memory_size(needed)} for its logits over {vocabulary:,} words alone, more than half of the "
+            f"{memory_size(available)} free on {device}; {advice}"
+        )
 
 
 def _tokenizers(config, run_dir, train_corpus, checkpoint, context, say) -> Tokenizers:
