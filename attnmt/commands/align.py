@@ -136,15 +136,18 @@ def _file_language(path: str, languages: tuple[str, str]) -> str | None:
 
 def _translator_aligner(args: argparse.Namespace, run: str):
     from attnmt.alignment.translator import DEFAULT_MAX_TOKENS, TranslatorAligner
+    from attnmt.errors import ConfigError
     from attnmt.translator import Translator
 
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be an integer >= 1, got {args.max_tokens}")
     translator = Translator.load(run, args.checkpoint or "best", num_threads=args.threads, device=args.device)
     say("align", translator.describe())
     languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
     src_lang = args.src_lang or _file_language(args.src, languages)
     aligner = TranslatorAligner(
         translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=args.shift,
-        max_tokens=args.max_tokens or DEFAULT_MAX_TOKENS,
+        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
     )
     step = translator.step
     print(f"translator attention: {run}{f' (step {step})' if step is not None else ''}: {aligner.describe()}")
