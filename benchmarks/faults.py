@@ -1,4 +1,4 @@
-"""How attnmt holds up when things go wrong, measured in bulk (categories of issue 19 built so far).
+"""How attnmt holds up when things go wrong, measured in bulk (issue 19).
 
 1. Killed training. One small training (a made-up task, one thread, a checkpoint every 3 steps) is
    SIGKILLed at ``--kills`` random moments; every fourth kill waits for a checkpoint being written
@@ -7,27 +7,37 @@
 2. Damaged run folders. A truncated, corrupt, empty or foreign ``last.pt`` / ``best.pt``, or a
    missing ``last.pt``: ``translate``, ``evaluate`` and ``train --resume`` must each end with one
    line naming the file, exit status 2.
-
-3. Fuzzed input. ``--fuzz`` generated cases (default 500) over ``translate`` (arguments and standard
+3. A full disk. ``--disk`` cases over the eight commands that write files (train, evaluate, view,
+   translate --plot, align, embed, explore --plot, compare): the output folder's file system is
+   full after a random number of bytes (simulated: ``tests.test_faults.FullDisk`` makes writes
+   there fail with ENOSPC). Every output must keep its previous version or hold its complete new
+   one, no temporary file may be left, and the command must end with one line saying so; a killed
+   training's checkpoints must load and ``--resume`` must end as the run never stopped.
+4. Two writers. A second ``train`` (new, or ``--resume``) into a run folder another process is
+   training into, and a second ``compare`` into a comparison folder in use: refused in one line,
+   and the first writer ends as if it were alone.
+5. Fuzzed input. ``--fuzz`` generated cases (default 500) over ``translate`` (arguments and standard
    input: invalid UTF-8, NUL bytes, CR and CRLF, a byte-order mark, empty, blank and 10,000-word
    lines), ``train`` (configs with unknown keys, wrong types and absurd values; data files missing,
-   of different lengths, truncated .gz, not UTF-8), ``evaluate``, ``view``, ``embed``,
+   of different lengths, truncated .gz, not UTF-8), ``evaluate``, ``view``, ``embed``, ``align``,
    ``align-words``, ``compare`` and ``explore``, with absurd option values. Each runs in this process
    under a time limit; each must end with a result or with a one-line error, exit status 2.
 
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
 "unreadable checkpoint", "different result", "partial file left" (a temporary file a killed write
-left that the resumed run did not remove, or a fuzzed command left), "hang" (past the time limit). The table and ``benchmarks/results/faults.json``
-count them.
+left that the resumed run did not remove, or a command left), "lost" (an output neither its old nor
+its new self, or a run that cannot resume to the same end), "hang" (past the time limit). The table
+and ``benchmarks/results/faults.json`` count them.
 
-    python benchmarks/faults.py                 # 20 kills, writes benchmarks/results/faults.json
-    python benchmarks/faults.py --kills 5       # a quick look
+    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 25 minutes)
+    python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50    # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import gzip
 import io
 import json
@@ -44,6 +54,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from attnmt.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
@@ -54,6 +65,7 @@ from portable import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
+from tests.test_faults import FullDisk  # noqa: E402  (the simulated full file system)
 from tests.test_training import comparable, save_yaml, tiny_config  # noqa: E402  (the tests' made-up task)
 
 RESULTS = PROJECT / "benchmarks" / "results" / "faults.json"
@@ -193,6 +205,198 @@ def damaged(folder: Path, reference: Path) -> list[dict]:
     return cases
 
 
+# --------------------------------------------------------------------------------------- a full disk
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _shape(data: bytes, folder: Path) -> bytes:
+    """A file with its own folder's name, its numbers and its table padding masked: compare's
+    summary records its path and seconds, which differ from case to case, while a file cut short
+    loses its tail."""
+    masked = re.sub(rb"[0-9][0-9.e+-]*", b"#", data.replace(str(folder).encode(), b"$FOLDER"))
+    return re.sub(rb"[ -]+", b" ", masked)
+
+
+def _one_error_line(err: str) -> bool:
+    return sum("error:" in line for line in err.splitlines()) == 1 and "Traceback" not in err
+
+
+def disk_commands(folder: Path, reference: Path, config: Path, compared: Path) -> dict:
+    """command -> (the folder its outputs go to before the case, argv given that folder). Every
+    output already has a previous version there (a file of other bytes) unless it is a training."""
+    valid = [str(folder / "valid.de"), str(folder / "valid.en")]
+    return {
+        "train": (None, lambda out: ["train", "--config", str(config), "--out", str(out), "--no-progress"]),
+        "evaluate": (reference, lambda out: ["evaluate", str(out), "--split", "valid", "-n", "0", "--no-progress"]),
+        "view": (None, lambda out: ["view", str(reference), "--split", "valid", "-n", "3", "--out",
+                                    str(out / "view.html"), "--overwrite", "--no-progress"]),
+        "translate --plot": (None, lambda out: ["translate", str(reference), "Ein Hund.", "Eine Katze.", "--plot",
+                                                str(out / "plot.png"), "--overwrite"]),
+        "align": (None, lambda out: ["align", "--model", str(reference), "--src", valid[0], "--tgt", valid[1],
+                                     "--out", str(out / "links.txt"), "--overwrite"]),
+        "embed": (None, lambda out: ["embed", "--src", str(folder / "train.de"), "--tgt", str(folder / "train.en"),
+                                     "--out", str(out), "--dim", "4", "--overwrite"]),
+        "explore --plot": (None, lambda out: ["explore", "all", "--dim", "8", "--keys", "4", "--samples", "10",
+                                              "--plot", str(out)]),
+        "compare": (compared, lambda out: ["compare", "--config", str(config), "--attention", "dot", "--runs", "1",
+                                           "--max-steps", "2", "--split", "valid", "--out", str(out),
+                                           "--no-progress"]),
+    }
+
+
+def full_disk(folder: Path, reference: Path, config: Path, count: int, rng: random.Random) -> list[dict]:
+    """Each writing command, with its folder's file system full after a random number of bytes.
+
+    A first pass with room enough records what the command writes (``complete``: every output's
+    bytes) and how many bytes. In each case every output must afterwards hold its previous version
+    or its complete new one, no temporary file may be left, and the command must end with one line
+    saying the disk is full (or succeed, when the budget was enough). A training's checkpoints must
+    load, and ``--resume`` with room again must end exactly as the run never stopped."""
+    compared = folder / "compared"
+    code, _, err = run_cli(disk_commands(folder, reference, config, compared)["compare"][1](compared))
+    assert code == 0, err
+    commands = disk_commands(folder, reference, config, compared)
+    measured = {}
+    for name, (base, argv) in commands.items():
+        work = folder / f"disk-{name.split()[0]}-full"
+        shutil.copytree(base, work) if base is not None else work.mkdir()
+        before = _files(work)
+        with FullDisk(work) as disk:
+            code, _, err = run_cli(argv(work))
+        assert code == 0, f"{name}: {err}"
+        after = _files(work)
+        outputs = {path: data for path, data in after.items() if before.get(path) != data and path != ".attnmt.lock"}
+        measured[name] = (disk.written, {path: _shape(data, work) for path, data in outputs.items()})
+        print(f"  {name}: writes {disk.written:,} bytes in {len(outputs)} file(s)", flush=True)
+
+    cases = []
+    for number in range(count):
+        name = list(commands)[number % len(commands)]
+        base, argv = commands[name]
+        written, complete = measured[name]
+        budget = rng.randrange(written)
+        work = folder / f"disk-{number}"
+        shutil.copytree(base, work) if base is not None else work.mkdir()
+        if name != "train":
+            for path in complete:  # an earlier version of every output
+                (work / path).parent.mkdir(parents=True, exist_ok=True)
+                (work / path).write_bytes(b"the previous version of " + path.encode() + b"\n")
+        before = _files(work)
+        with FullDisk(work, budget):
+            code, _, err = run_cli(argv(work))
+        after = _files(work)
+        temporary = [path for path in after if path.endswith(".tmp")]
+        # A training rewrites its files as it goes: there its checkpoints must load and resume.
+        damaged = [] if name == "train" else [path for path, data in after.items() if path in complete
+                                              and _shape(data, work) != complete[path] and data != before.get(path)]
+        unreadable = []
+        for path in sorted(work.rglob("*.pt")):
+            try:
+                load_checkpoint(path)
+            except CheckpointError:
+                unreadable.append(path.name)
+        if code == -1:
+            outcome = "traceback"
+        elif code == -2:
+            outcome = "hang"
+        elif temporary:
+            outcome = "partial file left"
+        elif damaged or unreadable:
+            outcome = "lost"
+        elif code == 0:
+            outcome = "correct"
+        elif code == 2 and _one_error_line(err) and "No space left on device" in err.strip().splitlines()[-1]:
+            outcome = "clear error"
+        else:
+            outcome = f"other (status {code})"
+        if name == "train" and outcome in ("correct", "clear error"):
+            resumed, _, resume_err = run_cli(["train", "--config", str(config), "--out", str(work), "--resume",
+                                              "--no-progress"])
+            if resumed != 0 or not same_run(work, reference):
+                outcome = "lost"
+                err += f" | resume: {resume_err.strip().splitlines()[-1] if resume_err.strip() else resumed}"
+        message = err.strip().splitlines()[-1].replace(str(folder), "$RUNS") if err.strip() else ""
+        cases.append({"case": f"{name}, disk full after {budget:,} of {written:,} bytes", "outcome": outcome,
+                      "message": message[:300], "damaged": damaged, "unreadable": unreadable})
+        print(f"  {name}, full after {budget:,}/{written:,} bytes: {outcome}"
+              + (f" ({message[:160]}; damaged {damaged}, unreadable {unreadable})"
+                 if outcome not in ("correct", "clear error") else ""), flush=True)
+    return cases
+
+
+# ----------------------------------------------------------------------------------------- two writers
+
+
+def _wait_for_lock(folder: Path, process: subprocess.Popen, seconds: float = 60) -> bool:
+    """Wait until ``process`` holds ``folder``'s writer lock (True), or has ended (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        lock = folder / ".attnmt.lock"
+        if lock.exists():
+            with open(lock, "a") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    return True
+        time.sleep(0.01)
+    return False
+
+
+def two_writers(folder: Path, config: Path) -> list[dict]:
+    """A second ``train`` (new or ``--resume``) into a run folder another process is training
+    into, and a second ``compare`` into a comparison folder in use: each must be refused in one
+    line, and the first writer must end as if alone (a training: exactly the reference run)."""
+    settings = yaml.safe_load(config.read_text())
+    settings["training"].update(max_epochs=30, max_steps=300, checkpoint_every=20)  # long enough to overlap
+    slow = save_yaml(folder, settings, "two-writers.yaml")
+    alone = folder / "writers-alone"
+    subprocess.run(train_command(slow, alone), env=ENV, check=True, capture_output=True)
+    cases = []
+    second_commands = {
+        "train into a run being trained": lambda run: ["train", "--config", str(slow), "--out", str(run),
+                                                      "--no-progress"],
+        "train --resume of a run being trained": lambda run: ["train", "--out", str(run), "--resume",
+                                                             "--no-progress"],
+        "compare into a comparison being made": None,
+    }
+    for case, second in second_commands.items():
+        if second is not None:
+            target = folder / f"writers-{len(cases)}"
+            first = subprocess.Popen(train_command(slow, target), env=ENV, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+            argv = second(target)
+        else:
+            target = folder / f"writers-{len(cases)}"
+            compare = ["compare", "--config", str(slow), "--attention", "dot", "--runs", "1",
+                       "--split", "valid", "--out", str(target), "--no-progress"]
+            first = subprocess.Popen([sys.executable, "-m", "attnmt", *compare], env=ENV, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+            argv = compare
+        overlapped = _wait_for_lock(target, first)
+        second_run = subprocess.run([sys.executable, "-m", "attnmt", *argv], env=ENV, capture_output=True, text=True)
+        first_err = first.communicate()[1]
+        refused = (second_run.returncode == 2 and _one_error_line(second_run.stderr)
+                   and "is writing into this folder right now" in second_run.stderr)
+        first_ok = first.returncode == 0 and (second is None or same_run(target, alone))
+        if not overlapped:
+            outcome = "other (the first writer ended before the second started)"
+        elif "Traceback" in second_run.stderr or "Traceback" in first_err:
+            outcome = "traceback"
+        elif not first_ok:
+            outcome = "lost"
+        else:
+            outcome = "clear error" if refused else f"other (status {second_run.returncode})"
+        message = second_run.stderr.strip().splitlines()[-1].replace(str(folder), "$RUNS") \
+            if second_run.stderr.strip() else ""
+        cases.append({"case": case, "outcome": outcome, "message": message[:300]})
+        print(f"  {case}: {outcome} ({message[:160]})", flush=True)
+    return cases
+
+
 WORDS = "ein der hund katze mann frau läuft sitzt im park ball rot blau groß klein".split()
 
 
@@ -219,7 +423,7 @@ def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: 
         "foreign pickle": data["pickle"],
     }
     families = ["translate args", "translate stdin", "train config", "train data", "evaluate", "view",
-                "embed", "align-words", "compare", "explore"]
+                "embed", "align", "align-words", "compare", "explore"]
     for number in range(count):
         family = families[number % len(families)]
         pick = rng.choice
@@ -271,6 +475,18 @@ def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: 
                                                         data["truncated"], folder / "nope"])),
                            "--tgt", str(data["train.en"]), "--out", str(folder / f"vec-{number}"),
                            "--dim", pick(["2", "0", "-1", "100000"]), "--min-count", pick(["1", "0", "5"])], None
+        elif family == "align":
+            argv = ["align", "--model", pick([str(run), str(folder / "nope"), str(data["pickle"])]),
+                    "--src", str(pick([data["valid.de"], data["short"], data["latin1"], data["truncated"],
+                                       data["empty"], folder / "nope"])),
+                    "--tgt", str(data["valid.en"]), "--out", str(folder / f"links-{number}.txt"),
+                    "--method", pick(["intersect", "grow-diag-final", "itermax", "match", "nope"])]
+            for option, values in (("--layer", ["1", "-1", "0", "9", "x"]), ("--head", ["1", "mean", "0", "99"]),
+                                   ("--max-tokens", absurd_ints), ("--threads", ["1", "0", "-2"]),
+                                   ("--gold", [str(data["short"]), str(data["latin1"]), str(folder / "nope")])):
+                if rng.random() < 0.3:
+                    argv += [option, pick(values)]
+            yield family, argv, None
         elif family == "align-words":
             yield family, ["align-words", "--src-vectors", str(pick([data["vec"], data["latin1"], folder / "nope",
                                                                      data["pickle"]])),
@@ -354,6 +570,7 @@ def recorded_cases(categories: dict[str, list[dict]]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILL moments (default 20)")
+    parser.add_argument("--disk", type=int, default=40, help="full-disk cases over 8 writing commands (default 40)")
     parser.add_argument("--fuzz", type=int, default=500, help="generated input cases (default 500)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -371,11 +588,15 @@ def main() -> None:
         categories = {"killed training": kills(folder, config, folder / "reference", args.kills, seconds, rng)}
         print("damaged run folders", flush=True)
         categories["damaged run folders"] = damaged(folder, folder / "reference")
+        print(f"a full disk: {args.disk} cases", flush=True)
+        categories["full disk"] = full_disk(folder, folder / "reference", config, args.disk, rng)
+        print("two writers", flush=True)
+        categories["two writers"] = two_writers(folder, config)
         print(f"fuzzed input: {args.fuzz} cases", flush=True)
         categories["fuzzed input"] = fuzz(folder, folder / "reference", config, args.fuzz, rng)
 
     outcomes = ["correct", "clear error", "traceback", "unreadable checkpoint", "different result",
-                "partial file left", "hang"]
+                "partial file left", "lost", "hang"]
     rows = []
     for name, cases in categories.items():
         counts = [sum(case["outcome"] == outcome for case in cases) for outcome in outcomes]
@@ -385,7 +606,8 @@ def main() -> None:
     print()
     print(table)
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
-              "torch": torch.__version__, "kills": args.kills, "fuzz": args.fuzz, "seed": args.seed,
+              "torch": torch.__version__, "kills": args.kills, "disk": args.disk, "fuzz": args.fuzz,
+              "seed": args.seed,
               "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
               "cases": recorded_cases(categories)}
     write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")
