@@ -5,4 +5,21 @@ translators that use them, training, decoding, evaluation and alignment, with pi
 attention does.
 """
 
+import importlib
+
 __version__ = "0.1.0"
+
+# The common entry points, imported when first used (``import attnmt`` stays light for the CLI).
+_LAZY = {
+    "Translator": "attnmt.translator",
+    "load_attention": "attnmt.export",
+    "save_attention": "attnmt.export",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'attnmt' has no attribute {name!r}")

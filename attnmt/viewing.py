@@ -30,17 +30,10 @@ from attnmt.plotting import merge_subwords
 from attnmt.special_tokens import BOS_ID
 
 
-def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
-    """Per-head cross-attention of the output ``out_ids`` (ending with EOS) given ``src_ids``
-    (ending with EOS), by teacher forcing on BOS + out_ids[:-1].
-
-    Returns ``{"head 1": [T, S], ...}`` for one layer of attention over the source (the RNN) and
-    ``{"layer 1 / head 1": [T, S], ...}`` for several (the Transformer), T = len(out_ids),
-    S = len(src_ids), in float64; None for a model with one layer and one head.
-    """
-    layers, heads = model.cross_attention_layers, model.attention_heads
-    if layers * heads <= 1:
-        return None
+def force_decoded_attention(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> np.ndarray:
+    """The cross-attention of every decoder layer and head for the output ``out_ids`` (ending with
+    EOS) given ``src_ids`` (ending with EOS), by teacher forcing on BOS + out_ids[:-1]:
+    [L, h, T, S] in float64, T = len(out_ids), S = len(src_ids)."""
     device = next(model.parameters()).device
     src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)
     src_mask = torch.ones_like(src, dtype=torch.bool)
@@ -52,7 +45,18 @@ def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -
             _, weights = model(src, src_mask, tgt_in, return_attention="heads")
     finally:
         model.train(was_training)
-    weights = weights[0].double().cpu().numpy()  # [L, h, T, S]
+    return weights[0].double().cpu().numpy()
+
+
+def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
+    """``force_decoded_attention`` as named matrices: ``{"head 1": [T, S], ...}`` for one layer of
+    attention over the source (the RNN) and ``{"layer 1 / head 1": [T, S], ...}`` for several (the
+    Transformer); None for a model with one layer and one head.
+    """
+    layers, heads = model.cross_attention_layers, model.attention_heads
+    if layers * heads <= 1:
+        return None
+    weights = force_decoded_attention(model, src_ids, out_ids)  # [L, h, T, S]
     return {
         (f"layer {layer + 1} / head {head + 1}" if layers > 1 else f"head {head + 1}"): weights[layer, head]
         for layer in range(layers)

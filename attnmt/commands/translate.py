@@ -2,11 +2,14 @@
 
 With sentences as arguments, prints one translation per sentence. Without, reads standard input
 one sentence a line and writes one translation a line to standard output (an empty line stays
-empty), so it works in a pipe. --plot draws the attention of the (first) sentence as a heatmap.
+empty), so it works in a pipe. --plot draws the attention of each sentence as a heatmap;
+--attention-out keeps every layer's and head's weights in a .npz or .jsonl file for your own
+analyses (read it back with attnmt.load_attention).
 
 Examples:
   attnmt translate runs/sdp "Ein Mann fährt Fahrrad." --beam 5 --plot bike.png
   zcat test.de.gz | attnmt translate runs/sdp > test.hyp.en
+  attnmt translate runs/sdp --attention-out test.npz < test.de
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", type=Path, metavar="FILE",
                         help="write the attention heatmap of each sentence (.png/.svg/.pdf); with several "
                              "sentences FILE gets -1, -2, ... before its suffix")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing --plot files")
+    parser.add_argument("--attention-out", type=Path, metavar="FILE",
+                        help="write each sentence's pieces, words and attention weights per layer and head "
+                             "[L, h, T, S] to FILE (.npz or .jsonl; read it with attnmt.load_attention)")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing --plot or --attention-out files")
     parser.add_argument("--no-merge-pieces", action="store_true", help="plot subword pieces, not words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
     add_precision_option(parser)
@@ -44,6 +50,7 @@ def _plot_paths(path: Path, count: int) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.errors import ConfigError
+    from attnmt.export import attention_records, check_attention_path, save_attention
     from attnmt.plotting import plot_attention
     from attnmt.translator import Translator
 
@@ -55,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
     existing = [str(p) for p in plot_paths if p.exists()]
     if existing and not args.overwrite:
         raise ConfigError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
+    if args.attention_out is not None:
+        check_attention_path(args.attention_out, args.overwrite)
     translator = Translator.load(args.run_dir, args.checkpoint, precision=args.precision, device=args.device)
     say("translate", translator.describe())
+    records = []  # for --attention-out
 
     if args.sentences:
         translations = translator.translate(
@@ -64,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         )
         for translation in translations:
             print(translation.output)
+        if args.attention_out is not None:
+            save_attention(attention_records(translator, translations), args.attention_out)
+            print(f"wrote {args.attention_out}", file=sys.stderr)
         for translation, path in zip(translations, plot_paths):
             plot_attention(
                 translation.attention, translation.src_pieces, translation.out_pieces, path,
@@ -72,18 +85,22 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
         return 0
 
-    def flush(lines: list[str | None]) -> None:
-        """Translate a chunk of lines; a None line (undecodable) and an empty one give an empty line."""
+    def flush(lines: list[str | None], first: int) -> None:
+        """Translate a chunk of lines (the first is input line ``first``, 0-based); a None line
+        (undecodable) and an empty one give an empty line."""
         keep = [k for k, line in enumerate(lines) if line is not None and line.strip()]
         outputs = [""] * len(lines)
-        for k, translation in zip(keep, translator.translate([lines[k] for k in keep], beam=args.beam,
-                                                             batch_size=args.batch_size)):
+        translations = translator.translate([lines[k] for k in keep], beam=args.beam, batch_size=args.batch_size)
+        for k, translation in zip(keep, translations):
             outputs[k] = translation.output
         sys.stdout.write("".join(output + "\n" for output in outputs))
         sys.stdout.flush()
+        if args.attention_out is not None:
+            records.extend(attention_records(translator, translations, [first + k for k in keep]))
 
     chunk: list[str | None] = []
     bad_lines = 0
+    number = 0
     for number, line in enumerate(_stdin_lines(), start=1):
         problem = None
         if isinstance(line, UnicodeDecodeError):
@@ -96,10 +113,13 @@ def run(args: argparse.Namespace) -> int:
             line = None
         chunk.append(line)
         if len(chunk) >= STDIN_CHUNK:
-            flush(chunk)
+            flush(chunk, number - len(chunk))
             chunk = []
     if chunk:
-        flush(chunk)
+        flush(chunk, number - len(chunk))
+    if args.attention_out is not None:
+        save_attention(records, args.attention_out)
+        say("translate", f"wrote {args.attention_out} ({len(records)} sentences)")
     return 2 if bad_lines else 0
 
 

@@ -1,0 +1,204 @@
+"""Attention kept for your own analyses: ``attnmt translate --attention-out FILE`` writes it and
+``attnmt.load_attention(FILE)`` reads it back.
+
+Every translated sentence becomes one ``AttentionRecord``:
+
+    source, output                 the input sentence and its translation (text)
+    src_pieces [S], out_pieces [T] subword pieces, each ending with "</s>"
+    src_words, out_words           the words those pieces form ("</s>" is a word of its own)
+    src_word_of_piece [S]          for each source piece, the index of its word in src_words
+    out_word_of_piece [T]          likewise for the output pieces
+    weights [L, h, T, S] float32   the cross-attention of decoder layer l and head j: row t is
+                                   output piece t, column s source piece s; every row sums to 1
+                                   over the S source positions (there is no padding)
+
+L is the number of decoder layers that attend over the source (1 for the RNN), h the number of
+heads (1 for a single-head mechanism). The weights come from *force-decoding* the search's output:
+teacher forcing on BOS + output under the model gives, step by step, the weights the search saw
+(``attnmt.viewing.force_decoded_attention``).
+
+Two formats, chosen by the file's suffix:
+
+- ``.npz``: a NumPy archive (read without pickle): ``format``, ``records`` (the JSON list of the
+  records without their weights) and ``weights_K`` for record K, shape [L, h, T, S].
+- ``.jsonl``: one JSON object a line, with ``format``, ``shape`` [L, h, T, S], ``axes`` and
+  ``weights`` as nested lists (the float32 values written exactly).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnmt.errors import ConfigError, DataError
+from attnmt.files import write_bytes_atomic
+from attnmt.plotting import group_pieces, merge_subwords
+
+__all__ = ["FORMATS", "AttentionRecord", "attention_records", "load_attention", "save_attention"]
+
+FORMAT = "attnmt-attention/1"
+FORMATS = (".npz", ".jsonl")
+AXES = ["layer", "head", "output piece", "source piece"]
+
+
+@dataclass
+class AttentionRecord:
+    """One translated sentence and its attention over the source (module docstring)."""
+
+    index: int
+    source: str
+    output: str
+    src_pieces: list[str]
+    out_pieces: list[str]
+    src_words: list[str]
+    out_words: list[str]
+    src_word_of_piece: list[int]
+    out_word_of_piece: list[int]
+    weights: np.ndarray  # [L, h, T, S]
+
+    @property
+    def layers(self) -> int:
+        return self.weights.shape[0]
+
+    @property
+    def heads(self) -> int:
+        return self.weights.shape[1]
+
+    def word_weights(self, layer: int = -1, head: int | None = None) -> np.ndarray:
+        """[T', S'] over output and source words for one layer (default the last) and one head
+        (default the mean over the heads): summed over a source word's pieces, averaged over an
+        output word's pieces (``attnmt.plotting.merge_subwords``)."""
+        per_head = self.weights[layer]
+        matrix = per_head.mean(axis=0) if head is None else per_head[head]
+        return merge_subwords(matrix, self.src_pieces, self.out_pieces)[0]
+
+    def describe(self) -> dict[str, Any]:
+        """Everything but the weights, as JSON-ready values."""
+        values = asdict(self)
+        del values["weights"]
+        return values
+
+
+def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
+    words, word_of_piece = [], [0] * len(pieces)
+    for number, (word, start, stop) in enumerate(group_pieces(pieces)):
+        words.append(word)
+        word_of_piece[start:stop] = [number] * (stop - start)
+    return words, word_of_piece
+
+
+def attention_records(translator, translations: Sequence, indices: Sequence[int] | None = None) -> list[AttentionRecord]:
+    """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
+    every layer's and head's weights force-decoded on ``translator.model``. ``indices`` numbers
+    the records (default 0, 1, ...), e.g. with the input line each came from."""
+    from attnmt.viewing import force_decoded_attention
+
+    src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
+    indices = range(len(translations)) if indices is None else indices
+    records = []
+    for index, translation in zip(indices, translations):
+        weights = force_decoded_attention(
+            translator.model,
+            [src_tok.piece_to_id(piece) for piece in translation.src_pieces],
+            [tgt_tok.piece_to_id(piece) for piece in translation.out_pieces],
+        )
+        src_words, src_word_of_piece = _words(translation.src_pieces)
+        out_words, out_word_of_piece = _words(translation.out_pieces)
+        records.append(AttentionRecord(
+            index=int(index), source=translation.source, output=translation.output,
+            src_pieces=list(translation.src_pieces), out_pieces=list(translation.out_pieces),
+            src_words=src_words, out_words=out_words, src_word_of_piece=src_word_of_piece,
+            out_word_of_piece=out_word_of_piece, weights=weights.astype(np.float32),
+        ))
+    return records
+
+
+def check_attention_path(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """``path`` as an --attention-out target: ConfigError for an unknown suffix, or an existing
+    file without ``overwrite``; checked before any work."""
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}, got {path.suffix or 'no suffix'!r}")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path}: already exists; pass --overwrite to replace it")
+    return path
+
+
+def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) -> Path:
+    """Write ``records`` to ``path`` (.npz or .jsonl, by its suffix) atomically; returns the path."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        arrays = {"format": np.array(FORMAT),
+                  "records": np.array(json.dumps([record.describe() for record in records], ensure_ascii=False))}
+        arrays.update({f"weights_{number}": record.weights for number, record in enumerate(records)})
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        return write_bytes_atomic(path, buffer.getvalue())
+    if path.suffix == ".jsonl":
+        lines = []
+        for record in records:
+            values = {"format": FORMAT, **record.describe(), "shape": list(record.weights.shape), "axes": AXES,
+                      "weights": record.weights.tolist()}
+            lines.append(json.dumps(values, ensure_ascii=False) + "\n")
+        return write_bytes_atomic(path, "".join(lines).encode("utf-8"))
+    raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}")
+
+
+def _record(values: dict, weights: Any, where: str) -> AttentionRecord:
+    try:
+        weights = np.asarray(weights, dtype=np.float32)
+        record = AttentionRecord(**{key: values[key] for key in AttentionRecord.__dataclass_fields__
+                                    if key != "weights"}, weights=weights)
+    except (KeyError, TypeError, ValueError) as error:
+        raise DataError(f"{where}: not an attention record of attnmt ({type(error).__name__}: {error})") from None
+    shape = (len(record.out_pieces), len(record.src_pieces))
+    if weights.ndim != 4 or weights.shape[2:] != shape:
+        raise DataError(f"{where}: weights of shape {list(weights.shape)}, expected [L, h, {shape[0]}, {shape[1]}]")
+    return record
+
+
+def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
+    """Read a file written by ``attnmt translate --attention-out`` (.npz or .jsonl); DataError,
+    naming the file (and line), when it is missing or not such a file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    if path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                if "format" not in archive or str(archive["format"]) != FORMAT:
+                    raise DataError(f"{path}: not an attention file of attnmt (no format {FORMAT!r})")
+                described = json.loads(str(archive["records"]))
+                return [_record(values, archive[f"weights_{number}"], f"{path}: record {number}")
+                        for number, values in enumerate(described)]
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
+            raise DataError(f"{path}: not a readable .npz attention file ({type(error).__name__}: {error})") from None
+    if path.suffix == ".jsonl":
+        records = []
+        with open(path, encoding="utf-8") as handle:
+            try:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        values = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise DataError(f"{path}, line {number}: not JSON ({error.msg})") from None
+                    if not isinstance(values, dict) or values.get("format") != FORMAT:
+                        raise DataError(f"{path}, line {number}: not an attention record of attnmt "
+                                        f"(no format {FORMAT!r})")
+                    records.append(_record(values, values.get("weights"), f"{path}, line {number}"))
+            except UnicodeDecodeError as error:
+                raise DataError(f"{path}: not UTF-8 ({error.reason})") from None
+        return records
+    raise DataError(f"{path}: an attention file ends in {' or '.join(FORMATS)}")

@@ -1,0 +1,92 @@
+"""Exported attention: ``attnmt translate --attention-out FILE`` (.npz, .jsonl) and
+``attnmt.load_attention``, on tiny runs of a single-head RNN, a multi-head RNN and a Transformer."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import attnmt
+from attnmt.cli import main as cli_main
+from attnmt.errors import DataError
+from attnmt.export import attention_records
+from attnmt.translator import Translator
+from test_view import tiny_run  # noqa: F401  (the module's runs: sdp, multihead, transformer)
+
+SENTENCES = ["Ein Hund läuft.", "Eine Frau sitzt im Park.", "Ein Mann."]
+SHAPES = {"sdp": (1, 1), "multihead": (1, 2), "transformer": (2, 2)}  # (L, h)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
+def test_attention_out_round_trips_and_every_row_is_a_distribution(tiny_run, tmp_path, capsys, suffix):  # noqa: F811
+    name, run = tiny_run
+    path = tmp_path / f"attention{suffix}"
+    assert cli_main(["translate", str(run), *SENTENCES, "--beam", "2", "--attention-out", str(path)]) == 0
+    outputs = capsys.readouterr().out.splitlines()
+    records = attnmt.load_attention(path)
+    assert [r.index for r in records] == [0, 1, 2] and [r.source for r in records] == SENTENCES
+    assert [r.output for r in records] == outputs
+    translator = Translator.load(run)
+    translations = translator.translate(SENTENCES, beam=2, return_attention=True)
+    expected = attention_records(translator, translations)
+    for record, again, translation in zip(records, expected, translations):
+        layers, heads = SHAPES[name]
+        assert record.weights.shape == (layers, heads, len(record.out_pieces), len(record.src_pieces))
+        assert record.weights.dtype == np.float32 and np.array_equal(record.weights, again.weights)  # exact
+        assert record.src_pieces == translation.src_pieces and record.out_pieces[-1] == "</s>"
+        np.testing.assert_allclose(record.weights.sum(axis=-1), 1.0, atol=1e-5)  # over the real source positions
+        # The search's own matrix is the mean over the heads of the last layer: force-decoding reproduces it.
+        np.testing.assert_allclose(record.weights[-1].mean(axis=0), translation.attention, atol=1e-5)
+        assert len(record.src_word_of_piece) == len(record.src_pieces)
+        assert record.src_word_of_piece[-1] == len(record.src_words) - 1 and record.src_words[-1] == "</s>"
+        assert sorted(set(record.out_word_of_piece)) == list(range(len(record.out_words)))
+        words = record.word_weights()
+        assert words.shape == (len(record.out_words), len(record.src_words))
+        np.testing.assert_allclose(words.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_attention_out_from_standard_input_numbers_records_by_line(tiny_run, tmp_path, capsys, monkeypatch):  # noqa: F811
+    _, run = tiny_run
+    path = tmp_path / "stdin.jsonl"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Ein Hund.\n\nZwei \xff.\nEin Mann.\n")))
+    assert cli_main(["translate", str(run), "--attention-out", str(path)]) == 2  # line 3 is not UTF-8
+    captured = capsys.readouterr()
+    assert len(captured.out.split("\n")) == 5 and "2 sentences" in captured.err
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["index"] for line in lines] == [0, 3]
+    assert lines[0]["axes"] == ["layer", "head", "output piece", "source piece"]
+    assert lines[0]["shape"] == list(np.asarray(lines[0]["weights"]).shape)
+
+
+def test_attention_out_refuses_bad_targets_before_any_work(tiny_run, tmp_path, capsys):  # noqa: F811
+    _, run = tiny_run
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "a.csv")]) == 2
+    assert "a.csv: the attention file must end in .npz or .jsonl, got '.csv'" in capsys.readouterr().err
+    (tmp_path / "old.npz").write_bytes(b"mine")
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "old.npz")]) == 2
+    assert "old.npz: already exists; pass --overwrite to replace it" in capsys.readouterr().err
+    assert (tmp_path / "old.npz").read_bytes() == b"mine"
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "old.npz"),
+                     "--overwrite"]) == 0
+    assert len(attnmt.load_attention(tmp_path / "old.npz")) == 1
+
+
+def test_load_attention_names_the_file_and_line_it_cannot_read(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        attnmt.load_attention(tmp_path / "missing.npz")
+    (tmp_path / "bad.jsonl").write_text('{"format": "attnmt-attention/1"}\nnot json\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad.jsonl, line 1: not an attention record of attnmt \(KeyError"):
+        attnmt.load_attention(tmp_path / "bad.jsonl")
+    (tmp_path / "other.jsonl").write_text('{"a": 1}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="other.jsonl, line 1: not an attention record of attnmt"):
+        attnmt.load_attention(tmp_path / "other.jsonl")
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 broken")
+    with pytest.raises(DataError, match="broken.npz: not a readable .npz attention file"):
+        attnmt.load_attention(tmp_path / "broken.npz")
+    np.savez(tmp_path / "foreign.npz", x=np.zeros(3))
+    with pytest.raises(DataError, match="foreign.npz: not an attention file of attnmt"):
+        attnmt.load_attention(tmp_path / "foreign.npz")
