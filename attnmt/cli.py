@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "translate": ("translate", "translate sentences with a trained run"),
     "compare": ("compare", "train and evaluate several mechanisms over several seeds"),
     "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),
+    "curves": ("curves", "draw training loss, validation perplexity and BLEU of runs against steps and minutes"),
     "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),
     "align-words": ("align_words", "align the words of one sentence pair with vector attention"),
     "align": ("align", "word-align whole files with vector or translator attention"),
@@ -49,13 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    # Options may come before, between or after a command's sentences (``attnmt translate RUN --beam 5
-    # "Ein Hund."``): argparse leaves the sentences after an option over, and they join the rest.
+    # Options may come before, between or after a command's list of sentences or runs (``attnmt
+    # translate RUN --beam 5 "Ein Hund."``): argparse leaves the items after an option over, and
+    # they join the rest.
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if not isinstance(getattr(args, "sentences", None), list) or any(item.startswith("-") for item in extra):
+        trailing = next((name for name in ("sentences", "runs") if isinstance(getattr(args, name, None), list)), None)
+        if trailing is None or any(item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.sentences += extra
+        getattr(args, trailing).extend(extra)
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 0

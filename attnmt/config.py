@@ -91,6 +91,9 @@ class TrainingConfig:
     guide_head               the head guided (from 1), null = the mean over the heads
     guide_shift              guide the step whose decoder *input* is the target word (read it with
                              ``attnmt align --shift``) instead of the step that predicts it
+    tensorboard              also write the metrics as TensorBoard event files into RUN/tensorboard
+                             (needs ``pip install attnmt[tensorboard]``; ``attnmt curves`` needs
+                             nothing more than metrics.jsonl)
     """
 
     seed: int = 1
@@ -118,6 +121,7 @@ class TrainingConfig:
     guide_layer: int | None = None
     guide_head: int | None = None
     guide_shift: bool = False
+    tensorboard: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -172,8 +176,9 @@ class TrainingConfig:
             value = getattr(self, key)
             if value is not None and (not is_int(value) or value == 0):
                 fail(key, "a non-zero integer (from 1, or negative from the end) or null")
-        if not isinstance(self.guide_shift, bool):
-            fail("guide_shift", "true or false")
+        for key in ("guide_shift", "tensorboard"):
+            if not isinstance(getattr(self, key), bool):
+                fail(key, "true or false")
         # Integers are fine where floats are meant (YAML reads "1" as an int).
         for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight"):
             setattr(self, key, float(getattr(self, key)))

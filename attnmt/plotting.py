@@ -315,7 +315,7 @@ def plot_attention(
 
     def save(handle) -> None:
         options = {"format": chosen_format, "bbox_inches": "tight", "pad_inches": 0.12,
-                   "metadata": _plot_metadata(chosen_format, title)}
+                   "metadata": plot_metadata(chosen_format, title)}
         if chosen_format == "svg":
             with _SVG_SAVE_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "attnmt"}):
                 figure.savefig(handle, **options)
@@ -327,7 +327,7 @@ def plot_attention(
     return target
 
 
-def _plot_metadata(chosen_format: str, title: str | None) -> dict[str, Any]:
+def plot_metadata(chosen_format: str, title: str | None) -> dict[str, Any]:
     """File metadata that keeps outputs byte-for-byte reproducible (no creation dates)."""
     if chosen_format == "png":
         return {"Software": "attnmt", **({"Title": title} if title else {})}

@@ -42,6 +42,7 @@ from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
 from attnmt.training.statistics import RunningStatistics, perplexity_of
 from attnmt.training.step import GuideBatch, backward_on_batch
+from attnmt.training.tensorboard import TensorBoardLog
 from attnmt.translator import Translator
 
 __all__ = ["TrainResult", "Trainer", "train"]
@@ -99,6 +100,7 @@ class Trainer:
         self.verbose = verbose
         self.parts: TrainingParts | None = None
         self._last_saved: tuple | None = None
+        self._tensorboard: TensorBoardLog | None = None  # with training.tensorboard, on rank 0
 
     @property
     def model(self):
@@ -113,7 +115,11 @@ class Trainer:
             return self._run()
 
     def _run(self) -> TrainResult:
+        if self.config.training.tensorboard and self.context.is_main:
+            TensorBoardLog.check_available()  # before minutes of preparation, not after
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say)
+        if self.config.training.tensorboard and self.context.is_main:
+            self._tensorboard = TensorBoardLog(self.run_dir)
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
         if parts.resumed:
             self._last_saved = progress.position()
@@ -139,6 +145,8 @@ class Trainer:
         if self._last_saved != progress.position():
             self._save_last()
         self.context.barrier()  # no rank leaves (and closes its connections) while another still talks to it
+        if self._tensorboard is not None:
+            self._tensorboard.close()
         return self._finish()
 
     def _train_epoch(self) -> bool:
@@ -327,6 +335,8 @@ class Trainer:
         self.parts.history.append(record)
         if self.context.is_main:
             append_metrics(self.run_dir, record)
+        if self._tensorboard is not None:
+            self._tensorboard.add(record)
 
     def _log_window(self) -> None:
         """A "train" record of the steps since the last one (none when there were none)."""
