@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Translator": "attnmt.translator",
     "load_attention": "attnmt.export",
+    "show": "attnmt.notebook",
     "save_attention": "attnmt.export",
 }
 

@@ -41,6 +41,7 @@ from attnmt.files import atomic_writer, write_text_atomic
 
 __all__ = [
     "SPIECE_MARKER",
+    "attention_viewer_page",
     "group_pieces",
     "is_special_token",
     "merge_subwords",
@@ -488,9 +489,17 @@ def write_attention_viewer(
     """
     if isinstance(examples, Mapping):
         raise TypeError("examples must be a list of example dicts, not one dict")
-    normalised = [_normalise_example(index, example) for index, example in enumerate(examples)]
+    page = attention_viewer_page(examples, title)  # checks every example before touching the file
     target = _prepare_target(path, overwrite)
+    write_text_atomic(target, page)
+    return target
 
+
+def attention_viewer_page(examples: Sequence[Mapping[str, Any]], title: str = "attnmt attention viewer") -> str:
+    """The page ``write_attention_viewer`` writes, as text (what a notebook shows in an iframe)."""
+    if isinstance(examples, Mapping):
+        raise TypeError("examples must be a list of example dicts, not one dict")
+    normalised = [_normalise_example(index, example) for index, example in enumerate(examples)]
     template = _viewer_template()
     values = {
         "TITLE": html.escape(str(title)),
@@ -501,6 +510,4 @@ def write_attention_viewer(
         "DATA": _json_for_script({"examples": normalised}),
     }
     # One pass, so text inserted for one placeholder is never scanned for another.
-    page = _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
-    write_text_atomic(target, page)
-    return target
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)

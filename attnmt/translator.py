@@ -13,6 +13,7 @@ greedy for ``beam=1``, batched beam search otherwise.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from attnmt.device import (
 )
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model
+from attnmt.notebook import AttentionView, translation_example
 from attnmt.precision import autocast, check_precision
 from attnmt.runs import checkpoint_path
 from attnmt.search import beam_search, greedy_search
@@ -59,6 +61,21 @@ class Translation:
     out_pieces: list[str]
     attention: np.ndarray | None
     score: float
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the interactive attention viewer (attnmt.notebook), or the texts."""
+        return Translations([self])._repr_html_()
+
+
+class Translations(list):
+    """The list ``Translator.translate`` returns; in a notebook it renders as the interactive
+    attention viewer when its translations carry attention, else as a table of texts."""
+
+    def _repr_html_(self) -> str:
+        if self and all(translation.attention is not None for translation in self):
+            return AttentionView([translation_example(t) for t in self], "attnmt translations")._repr_html_()
+        rows = "".join(f"<tr><td>{html.escape(t.source)}</td><td>{html.escape(t.output)}</td></tr>" for t in self)
+        return f"<table><tr><th>source</th><th>translation</th></tr>{rows}</table>"
 
 
 class Translator:
@@ -212,7 +229,7 @@ class Translator:
         precision = check_precision(search.precision if precision is None else precision)
         sentences = [str(sentence) for sentence in sentences]
         if not sentences:
-            return []
+            return Translations()
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
         src_ids = src_tok.encode_many(sentences)
         for number, ids in enumerate(src_ids, start=1):
@@ -269,4 +286,4 @@ class Translator:
             self.model.train(was_training)
             if bar is not None:
                 bar.close()
-        return results  # type: ignore[return-value]
+        return Translations(results)

@@ -1,0 +1,86 @@
+"""examples/tour.ipynb runs headless in a real Jupyter kernel (nbclient) on tiny runs made here,
+and its rendered outputs work in headless Chromium: heatmap cells in every viewer, no console
+error. Also: ``_repr_html_`` of translations and ``attnmt.show``."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+import attnmt
+from attnmt.notebook import AttentionView
+from test_training import LEXICON, make_pairs, run_trainer, tiny_config
+from test_viewer_browser import browser  # noqa: F401  (headless Chromium, skipped or failed in CI without it)
+
+TOUR = Path(__file__).resolve().parents[1] / "examples" / "tour.ipynb"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """Two mechanisms on the made-up task, and an alignment test set whose gold links are known:
+    the task translates word by word, so word i of a source aligns with word i of its target."""
+    folder = tmp_path_factory.mktemp("tour")
+    for attention in ("scaled_dot", "additive"):
+        config = tiny_config(folder, max_epochs=3, max_steps=60, examples=0, bleu_max_sentences=0)
+        config["model"]["attention"] = attention
+        run_trainer(folder, config, out=attention)
+    src, tgt = make_pairs(12, seed=5)
+    (folder / "align.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (folder / "align.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    (folder / "align.gold").write_text(
+        "".join(" ".join(f"{i}-{i}" for i in range(len(s.split()))) + "\n" for s in src), encoding="utf-8")
+    assert all(word in LEXICON for word in src[0].lower().rstrip(".").split())
+    return folder
+
+
+def test_translations_and_show_render_as_the_viewer(runs):
+    translator = attnmt.Translator.load(runs / "additive")
+    translations = translator.translate(["Ein hund läuft.", "Der mann."], return_attention=True)
+    page = translations._repr_html_()
+    assert page.startswith('<iframe class="attnmt-viewer" srcdoc="') and "data-example" in html.unescape(page)
+    assert html.unescape(page).count('class="example"') == 2
+    assert translations[0]._repr_html_().count("&lt;details class=&quot;example&quot;") == 1
+    plain = translator.translate(["Ein hund läuft."])._repr_html_()  # no attention: a table of texts
+    assert plain.startswith("<table>") and "Ein hund läuft." in plain
+    view = attnmt.show(translator, "Ein hund läuft.", beam=2)
+    assert isinstance(view, AttentionView) and len(view.examples) == 1 and view.examples[0]["meta"]["beam"] == 2
+
+
+def test_the_tour_notebook_runs_in_a_kernel_and_renders_in_a_browser(runs, tmp_path, monkeypatch, browser):  # noqa: F811
+    nbformat = pytest.importorskip("nbformat", reason="needs nbformat (in attnmt[dev])")
+    nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (in attnmt[dev])")
+    for name, value in {"RUN": runs / "scaled_dot", "OTHER_RUN": runs / "additive", "ALIGN_RUN": runs / "additive",
+                        "ALIGN_SRC": runs / "align.de", "ALIGN_TGT": runs / "align.en",
+                        "ALIGN_GOLD": runs / "align.gold"}.items():
+        monkeypatch.setenv(f"ATTNMT_TOUR_{name}", str(value))
+    notebook = nbformat.read(TOUR, as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError, with the cell's traceback, if any cell fails
+
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    text = ["".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
+            for cell in code]
+    pages = ["".join(output.get("data", {}).get("text/html", "") for output in cell.outputs)
+             for cell in code]
+    assert "a query along k_0 copies v_0" in text[1]                         # 1. explore
+    assert "SearchConfig(" in "".join(o.get("data", {}).get("text/plain", "") for o in code[2].outputs)  # 2. load
+    assert all('<iframe class="attnmt-viewer"' in pages[k] for k in (3, 4, 5))  # 3-5: viewers inline
+    assert "mechanism" in html.unescape(pages[5]) and "additive" in html.unescape(pages[5])
+    match = re.search(r"AER ([0-9.]+)", text[6])                               # 6. align, scored
+    assert match is not None, text[6]
+    assert (tmp_path / "tour-links.txt").is_file()
+
+    # The outputs as a notebook front end shows them: the HTML of each cell, one after the other.
+    page = tmp_path / "outputs.html"
+    page.write_text("<!doctype html><html><body>" + "".join(f"<div>{p}</div>" for p in pages) + "</body></html>",
+                    encoding="utf-8")
+    browser.open(page.as_uri())
+    cells = browser.evaluate(
+        "Array.from(document.querySelectorAll('iframe.attnmt-viewer'))"
+        ".map(frame => frame.contentDocument.querySelectorAll('.cell').length)")
+    assert len(cells) == 3 and all(count > 0 for count in cells), cells
+    assert browser.errors() == []
