@@ -97,19 +97,12 @@ def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
 
 def attention_records(translator, translations: Sequence, indices: Sequence[int] | None = None) -> list[AttentionRecord]:
     """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
-    every layer's and head's weights force-decoded on ``translator.model``. ``indices`` numbers
+    every layer's and head's weights force-decoded (``translator.layer_head_attention``). ``indices`` numbers
     the records (default 0, 1, ...), e.g. with the input line each came from."""
-    from attnmt.viewing import force_decoded_attention
-
-    src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
     indices = range(len(translations)) if indices is None else indices
     records = []
     for index, translation in zip(indices, translations):
-        weights = force_decoded_attention(
-            translator.model,
-            [src_tok.piece_to_id(piece) for piece in translation.src_pieces],
-            [tgt_tok.piece_to_id(piece) for piece in translation.out_pieces],
-        )
+        weights = translator.layer_head_attention(translation)
         src_words, src_word_of_piece = _words(translation.src_pieces)
         out_words, out_word_of_piece = _words(translation.out_pieces)
         records.append(AttentionRecord(

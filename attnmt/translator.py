@@ -41,6 +41,7 @@ from attnmt.precision import autocast, check_precision
 from attnmt.runs import checkpoint_path
 from attnmt.search import beam_search, greedy_search
 from attnmt.special_tokens import EOS_ID
+from attnmt.viewing import force_decoded_attention
 
 
 @dataclass
@@ -195,6 +196,16 @@ class Translator:
                 f"{self.device}; use --batch-size {fits} or less"
                 + (", a smaller --beam or a smaller search.max_len_a / max_len_b" if fits == 1 else "")
             )
+
+    def layer_head_attention(self, translation: Translation) -> np.ndarray:
+        """Every decoder layer's and head's cross-attention of ``translation``'s output, force-decoded
+        (``attnmt.viewing.force_decoded_attention``): [L, h, T, S] float64."""
+        src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
+        return force_decoded_attention(
+            self.model,
+            [src_tok.piece_to_id(piece) for piece in translation.src_pieces],
+            [tgt_tok.piece_to_id(piece) for piece in translation.out_pieces],
+        )
 
     def translate(
         self,

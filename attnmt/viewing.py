@@ -48,20 +48,25 @@ def force_decoded_attention(model, src_ids: Sequence[int], out_ids: Sequence[int
     return weights[0].double().cpu().numpy()
 
 
-def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
-    """``force_decoded_attention`` as named matrices: ``{"head 1": [T, S], ...}`` for one layer of
-    attention over the source (the RNN) and ``{"layer 1 / head 1": [T, S], ...}`` for several (the
-    Transformer); None for a model with one layer and one head.
-    """
-    layers, heads = model.cross_attention_layers, model.attention_heads
+def named_heads(weights: np.ndarray) -> dict[str, np.ndarray] | None:
+    """[L, h, T, S] as named matrices: ``{"head 1": [T, S], ...}`` for one layer of attention over
+    the source (the RNN) and ``{"layer 1 / head 1": [T, S], ...}`` for several (a Transformer);
+    None for one layer with one head."""
+    layers, heads = weights.shape[:2]
     if layers * heads <= 1:
         return None
-    weights = force_decoded_attention(model, src_ids, out_ids)  # [L, h, T, S]
     return {
         (f"layer {layer + 1} / head {head + 1}" if layers > 1 else f"head {head + 1}"): weights[layer, head]
         for layer in range(layers)
         for head in range(heads)
     }
+
+
+def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
+    """``named_heads`` of ``force_decoded_attention``; None for a model with one layer and one head."""
+    if model.cross_attention_layers * model.attention_heads <= 1:
+        return None
+    return named_heads(force_decoded_attention(model, src_ids, out_ids))
 
 
 def view_examples(
@@ -86,17 +91,12 @@ def view_examples(
     translations = translator.translate(
         list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
     )
-    src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
     sentence_bleu = BLEU(effective_order=True)
     examples = []
     for index, translation in enumerate(translations):
         src_pieces, out_pieces = translation.src_pieces, translation.out_pieces
         matrices: dict[str, np.ndarray] = {"average": np.asarray(translation.attention, dtype=np.float64)}
-        heads = force_decoded_heads(
-            translator.model,
-            [src_tok.piece_to_id(piece) for piece in src_pieces],
-            [tgt_tok.piece_to_id(piece) for piece in out_pieces],
-        )
+        heads = named_heads(translator.layer_head_attention(translation))
         if heads is not None:
             matrices.update(heads)
         src_tokens, out_tokens = list(src_pieces), list(out_pieces)

@@ -29,11 +29,12 @@ from __future__ import annotations
 import argparse
 
 from attnmt.commands.align_words import add_scoring_arguments
-from attnmt.commands.options import add_device_option, say
+from attnmt.commands.options import add_device_option, add_hf_option, say
 from attnmt.names import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
-TRANSLATOR_OPTIONS = ("checkpoint", "layer", "head", "shift", "src_lang", "max_tokens", "threads")
+HF_OPTIONS = ("layer", "head", "shift")  # of any translator, a run or a Hugging Face model
+RUN_OPTIONS = ("checkpoint", "src_lang", "max_tokens", "threads")  # of a run
 VECTOR_OPTIONS = ("temperature", "distortion")
 #: share of vector attention in the geometric mean with translators, chosen on the 37 trial pairs of
 #: the HLT-NAACL 2003 gold with the two Hansards translators (benchmarks/alignment.py)
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="RUN", action="append", default=None,
                         help="a trained translator run (its decoder attention); give it twice for both "
                         "directions (one of --vectors and --model is required)")
+    add_hf_option(parser, action="append")
     parser.add_argument("--vector-weight", type=float, default=None, metavar="W",
                         help="with --vectors and --model: share of vector attention in the geometric mean, "
                         f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
@@ -53,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", choices=LINK_METHODS, default="intersect",
                         help="how to turn weights into links (default intersect)")
     add_scoring_arguments(parser)
-    translator = parser.add_argument_group("translator attention (with --model)")
+    translator = parser.add_argument_group("translator attention (with --model; --layer, --head and --shift also with --hf)")
     translator.add_argument("--checkpoint", default=None, help="best (default) or last, or a file in the run")
     translator.add_argument("--layer", type=int, default=None,
                             help="decoder layer, from 1 (-1 = last; default: the penultimate, the only one "
@@ -95,16 +97,18 @@ def _check_options(args: argparse.Namespace) -> None:
     would be silently ignored)."""
     from attnmt.errors import ConfigError
 
-    if args.model is None and args.vectors is None:
-        raise ConfigError("give the weights to align with: --vectors DIR, --model RUN (once or twice), or both")
+    if args.model is None and args.vectors is None and args.hf is None:
+        raise ConfigError("give the weights to align with: --vectors DIR, --model RUN (once or twice), "
+                          "--hf MODEL, or several of them")
     for foreign, missing, wanted in ((VECTOR_OPTIONS, args.vectors is None, "--vectors"),
-                                     (TRANSLATOR_OPTIONS, args.model is None, "--model")):
+                                     (HF_OPTIONS, args.model is None and args.hf is None, "--model or --hf"),
+                                     (RUN_OPTIONS, args.model is None, "--model")):
         given = [name for name in foreign if getattr(args, name, None) is not None]
         if given and missing:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ConfigError(f"{flags}: only with {wanted}")
     if args.vector_weight is not None:
-        if args.model is None or args.vectors is None:
+        if (args.model is None and args.hf is None) or args.vectors is None:
             raise ConfigError("--vector-weight: only with both --vectors and --model (it weighs one against the other)")
         if not 0.0 <= args.vector_weight <= 1.0:
             raise ConfigError(f"--vector-weight must be in [0, 1], got {args.vector_weight}")
@@ -154,6 +158,16 @@ def _translator_aligner(args: argparse.Namespace, run: str):
     return aligner
 
 
+def _hf_aligner(args: argparse.Namespace, name: str):
+    from attnmt.hf import HFAligner, HFTranslator
+
+    translator = HFTranslator.load(name, device=args.device or "auto")
+    say("align", translator.describe())
+    aligner = HFAligner(translator, layer=args.layer, head=args.head, shift=args.shift)
+    print(f"translator attention: {aligner.describe()}")
+    return aligner
+
+
 def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
     """The aligner of the sources given: vectors, one translator, or the geometric mean of several."""
     from attnmt.alignment import CombinedAligner, translator_vector_shares
@@ -163,6 +177,10 @@ def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
         aligner = _translator_aligner(args, run)
         parts.append(aligner)
         names.append(f"{run} ({'→'.join(aligner.run_languages)})")
+    for name in args.hf or []:
+        aligner = _hf_aligner(args, name)
+        parts.append(aligner)
+        names.append(f"{name} (Hugging Face)")
     translators = len(parts)
     vector_share = None
     if args.vectors is not None:

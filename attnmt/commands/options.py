@@ -20,6 +20,33 @@ def add_precision_option(parser: argparse.ArgumentParser) -> None:
                              "run's search.precision, else fp32")
 
 
+def add_hf_option(parser: argparse.ArgumentParser, action: str = "store") -> None:
+    parser.add_argument("--hf", metavar="MODEL", default=None, action=action,
+                        help="a Hugging Face encoder-decoder translation model instead of a run: a local folder, "
+                             "or a hub name such as Helsinki-NLP/opus-mt-en-fr (needs pip install 'attnmt[hf]')"
+                             + ("; give it twice for both directions" if action == "append" else ""))
+
+
+def load_translator(args: argparse.Namespace):
+    """The translator a command reads: the run ``args.run_dir`` (its ``--checkpoint``, ``--precision``),
+    or the Hugging Face model ``args.hf``, on ``--device``; ConfigError when neither or both are given."""
+    from attnmt.errors import ConfigError
+
+    hf = getattr(args, "hf", None)
+    if hf is None and args.run_dir is None:
+        raise ConfigError("give a RUN folder, or a Hugging Face model with --hf MODEL")
+    if hf is None:
+        from attnmt.translator import Translator
+
+        return Translator.load(args.run_dir, getattr(args, "checkpoint", "best"),
+                               precision=getattr(args, "precision", None), device=args.device)
+    if getattr(args, "precision", None) not in (None, "fp32"):
+        raise ConfigError("--precision: only fp32 with --hf")
+    from attnmt.hf import HFTranslator
+
+    return HFTranslator.load(hf, device=args.device or "auto")
+
+
 def say(command: str, line: str) -> None:
     """A status line on stderr (stdout stays the command's output)."""
     print(f"attnmt {command}: {line}", file=sys.stderr, flush=True)

@@ -6,10 +6,14 @@ empty), so it works in a pipe. --plot draws the attention of each sentence as a 
 --attention-out keeps every layer's and head's weights in a .npz or .jsonl file for your own
 analyses (read it back with attnmt.load_attention).
 
+With --hf MODEL instead of RUN, a Hugging Face translation model translates with its own
+generate() and its cross-attention is read the same way.
+
 Examples:
   attnmt translate runs/sdp "Ein Mann fährt Fahrrad." --beam 5 --plot bike.png
   zcat test.de.gz | attnmt translate runs/sdp > test.hyp.en
   attnmt translate runs/sdp --attention-out test.npz < test.de
+  attnmt translate --hf Helsinki-NLP/opus-mt-de-en "Ein Mann fährt Fahrrad." --plot bike.png
 """
 
 from __future__ import annotations
@@ -19,13 +23,13 @@ import io
 import sys
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_precision_option, say
+from attnmt.commands.options import add_device_option, add_hf_option, add_precision_option, load_translator, say
 
 STDIN_CHUNK = 512  # lines translated at once from standard input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, metavar="RUN", help="run folder (or a checkpoint file)")
+    parser.add_argument("run_dir", nargs="?", metavar="RUN", help="run folder (or a checkpoint file); not with --hf")
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default: the run's search.beam, 1 = greedy)")
     parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint (default best)")
@@ -40,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
     add_precision_option(parser)
     add_device_option(parser)
+    add_hf_option(parser)
 
 
 def _plot_paths(path: Path, count: int) -> list[Path]:
@@ -52,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.errors import ConfigError
     from attnmt.export import attention_records, check_attention_path, save_attention
     from attnmt.plotting import plot_attention
-    from attnmt.translator import Translator
 
+    if args.hf is not None and args.run_dir is not None:  # no RUN with --hf: the first word is a sentence
+        args.sentences.insert(0, args.run_dir)
+        args.run_dir = None
     if args.beam is not None and args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
     if args.plot is not None and not args.sentences:
@@ -64,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
     if args.attention_out is not None:
         check_attention_path(args.attention_out, args.overwrite)
-    translator = Translator.load(args.run_dir, args.checkpoint, precision=args.precision, device=args.device)
+    translator = load_translator(args)
     say("translate", translator.describe())
     records = []  # for --attention-out
 

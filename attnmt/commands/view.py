@@ -7,9 +7,13 @@ mechanism, Transformers) a menu picks "average" (what the search used) or one he
 "layer L / head H"); per-head weights come from force-decoding the produced output. The page
 needs no network and no other file. Default output: RUN/view-<split>.html.
 
+With --hf MODEL instead of RUN, a Hugging Face translation model translates the first N lines of
+--src (with --ref, their references) and every layer and head of its cross-attention is shown.
+
 Examples:
   attnmt view runs/sdp                                   # 50 sentences of test_2016_flickr, greedy
   attnmt view runs/transformer --beam 5 -n 20 --out transformer.html
+  attnmt view --hf Helsinki-NLP/opus-mt-de-en --src test.de --ref test.en --out opus.html
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, say
+from attnmt.commands.options import add_device_option, add_hf_option, load_translator, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, metavar="RUN", help="run folder (or a checkpoint file)")
+    parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN", help="run folder (or a checkpoint file)")
     parser.add_argument("--split", default="test",
                         help="a Multi30k split name (test_2016_flickr, val, ...) or a name from the config's "
                              "data.test section; 'test' = the first test set (default)")
@@ -35,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pieces", action="store_true", help="show subword pieces instead of words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
     add_device_option(parser)
+    add_hf_option(parser)
+    parser.add_argument("--src", type=Path, metavar="FILE", help="with --hf: source sentences, one a line")
+    parser.add_argument("--ref", type=Path, metavar="FILE", help="with --hf: their reference translations")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -50,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
     if args.examples < 1:
         raise ConfigError(f"-n must be >= 1, got {args.examples}")
+    if args.hf is not None:
+        return _view_hf(args)
+    if args.src is not None or args.ref is not None:
+        raise ConfigError("--src and --ref: only with --hf (a run shows a split of its own data: --split)")
+    if args.run_dir is None:
+        raise ConfigError("give a RUN folder, or a Hugging Face model with --hf MODEL and --src FILE")
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
     translator = Translator.load(path, device=args.device)
@@ -71,4 +84,34 @@ def run(args: argparse.Namespace) -> int:
     write_attention_viewer(examples, out, title=title, overwrite=True)
     heads = len(examples[0].get("heads", {})) if examples else 0
     print(f"wrote {out}: {count} examples" + (f", {heads} attention matrices each" if heads else ""))
+    return 0
+
+
+def _view_hf(args: argparse.Namespace) -> int:
+    """``view --hf MODEL --src FILE [--ref FILE]``: the first N lines of FILE."""
+    from attnmt.data.corpus import read_lines
+    from attnmt.errors import ConfigError, DataError
+    from attnmt.plotting import write_attention_viewer
+    from attnmt.viewing import view_examples
+
+    if args.run_dir is not None:
+        raise ConfigError("give a RUN folder or --hf MODEL, not both")
+    if args.src is None:
+        raise ConfigError("--hf: give the sentences to show with --src FILE (and their references with --ref FILE)")
+    out = args.out or Path("view-hf.html")
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+    sources = read_lines(args.src)[: args.examples]
+    references = read_lines(args.ref)[: args.examples] if args.ref is not None else None
+    if references is not None and len(references) < len(sources):
+        raise DataError(f"{args.ref} has {len(references)} lines, fewer than the {len(sources)} of {args.src} shown")
+    translator = load_translator(args)
+    say("view", translator.describe())
+    beam = 1 if args.beam is None else args.beam
+    examples = view_examples(translator, sources, references, beam=beam, merge_pieces=not args.pieces,
+                             batch_size=args.batch_size, progress=not args.no_progress)
+    write_attention_viewer(examples, out, title=f"{args.hf}, {'greedy search' if beam == 1 else f'beam {beam}'}",
+                           overwrite=True)
+    heads = len(examples[0].get("heads", {})) if examples else 0
+    print(f"wrote {out}: {len(examples)} examples" + (f", {heads} attention matrices each" if heads else ""))
     return 0
