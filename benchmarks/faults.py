@@ -20,7 +20,7 @@
    input: invalid UTF-8, NUL bytes, CR and CRLF, a byte-order mark, empty, blank and 10,000-word
    lines), ``train`` (configs with unknown keys, wrong types and absurd values; data files missing,
    of different lengths, truncated .gz, not UTF-8), ``evaluate``, ``view``, ``embed``, ``align``,
-   ``align-words``, ``compare`` and ``explore``, with absurd option values. Each runs in this process
+   ``align-words``, ``compare``, ``explore`` and ``curves``, with absurd option values. Each runs in this process
    under a time limit; each must end with a result or with a one-line error, exit status 2.
 
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
@@ -423,7 +423,7 @@ def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: 
         "foreign pickle": data["pickle"],
     }
     families = ["translate args", "translate stdin", "train config", "train data", "evaluate", "view",
-                "embed", "align", "align-words", "compare", "explore"]
+                "embed", "align", "align-words", "compare", "explore", "curves"]
     for number in range(count):
         family = families[number % len(families)]
         pick = rng.choice
@@ -498,6 +498,11 @@ def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: 
                                                                                            "dot"], 2),
                            "--runs", pick(["0", "-1", "1"]), "--max-steps", "1", "--split", "valid",
                            "--out", str(folder / f"compare-{number}"), "--no-progress"], None
+        elif family == "curves":
+            runs = rng.sample([str(run), str(run / "metrics.jsonl"), str(folder / "nope"), str(data["pickle"]),
+                               str(data["latin1"]), str(data["empty"]), str(folder)], rng.randint(1, 3))
+            yield family, ["curves", *runs, "--out", str(folder / f"curves-{number}{pick(['.png', '.svg', '.gif', ''])}"),
+                           *(["--overwrite"] if rng.random() < 0.5 else [])], None
         else:
             yield family, ["explore", pick(["copy", "average", "noisy", "multihead", "all", "nope"]),
                            "--dim", pick(["0", "1", "4", "-3"]), "--keys", pick(["1", "2", "4", "0"]),
@@ -577,6 +582,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     torch.set_num_threads(1)
+    begun = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="attnmt-faults-") as temporary:
         folder = Path(temporary)
         config = save_yaml(folder, tiny_config(folder, train_pairs=300, max_epochs=3, max_steps=45,
@@ -606,6 +612,7 @@ def main() -> None:
     print()
     print(table)
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
+              "seconds": round(time.monotonic() - begun),
               "torch": torch.__version__, "kills": args.kills, "disk": args.disk, "fuzz": args.fuzz,
               "seed": args.seed,
               "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
