@@ -29,7 +29,7 @@ left that the resumed run did not remove, or a command left), "lost" (an output 
 its new self, or a run that cannot resume to the same end), "hang" (past the time limit). The table
 and ``benchmarks/results/faults.json`` count them.
 
-    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (20-30 minutes)
+    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 3 minutes)
     python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50    # a quick look
 """
 
