@@ -44,6 +44,10 @@ def training_summary(run: Path) -> dict:
         "tokens_per_s_median": sorted(r["tokens_per_s"] for r in trains)[len(trains) // 2],
         "stop_reason": summary.get("stop_reason"),
         "best_step": summary.get("best_step"),
+        # To the best checkpoint: minutes (this machine) and target tokens (any machine: divide by its tokens/s).
+        "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") is not None else None,
+        "target_tokens_to_best": summary.get("best_target_tokens"),
+        "target_tokens": summary.get("target_tokens"),
         "best_val_ppl": summary.get("best_val_ppl"),
         "best_val_bleu_greedy": summary.get("best_val_bleu"),
         "val_bleu_by_epoch": [round(r["val_bleu"], 2) for r in epochs],

@@ -454,3 +454,20 @@ def test_threads_come_from_the_config_then_omp_num_threads_then_the_cores(monkey
     assert training_threads(None, world_size=2 * cores) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "not-a-number")
     assert training_threads(None, world_size=1) == cores
+
+
+def test_the_summary_says_minutes_and_target_tokens_to_the_best_checkpoint(tmp_path, capsys):
+    """Tokens compare runs on machines of different speeds; every epoch sees every target token + EOS."""
+    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=2, examples=0))
+    assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    summary = records[-1]
+    per_epoch = sum(len(line.split()) for line in (tmp_path / "train.en").read_text().splitlines())  # a lower bound
+    assert summary["target_tokens"] >= 2 * per_epoch
+    best_epoch = [r for r in records if r["type"] == "epoch" and r["step"] == summary["best_step"]]
+    assert best_epoch, "the best checkpoint was an epoch-end validation"
+    assert summary["best_target_tokens"] == summary["target_tokens"] * best_epoch[0]["epoch"] // 2
+    assert 0 < summary["best_elapsed"] <= summary["elapsed"]
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"after {summary['best_elapsed'] / 60:.1f} min and {summary['best_target_tokens'] / 1e6:.2f}M target tokens" \
+        in line

@@ -33,12 +33,16 @@ class PlateauTracker:
     best_epoch: float = -1
     best_bleu: float | None = None
     stale: int = 0
+    best_seconds: float | None = None  # training time to the best checkpoint
+    best_tokens: int | None = None  # training target tokens to the best checkpoint
 
-    def update(self, loss: float, step: int, epoch: float, bleu: float | None, at_epoch_end: bool) -> bool:
+    def update(self, loss: float, step: int, epoch: float, bleu: float | None, at_epoch_end: bool,
+               seconds: float | None = None, tokens: int | None = None) -> bool:
         """Account for one validation; True when it improved (its loss is the lowest so far)."""
         improved = loss < self.best_loss
         if improved:
             self.best_loss, self.best_step, self.best_epoch, self.best_bleu = loss, step, epoch, bleu
+            self.best_seconds, self.best_tokens = seconds, tokens
             self.stale = 0
         elif at_epoch_end:
             self.stale += 1

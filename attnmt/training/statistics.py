@@ -66,6 +66,7 @@ class Progress:
     epoch: int = 0
     batch_in_epoch: int = 0
     elapsed_seconds: float = 0.0
+    target_tokens: int = 0  # training target tokens seen, over all ranks (EOS included)
     last_eval_step: int = -1
     stop_reason: str | None = None
     world_size: int = 1

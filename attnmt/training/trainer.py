@@ -67,11 +67,17 @@ class TrainResult:
     best_epoch: float
     elapsed_seconds: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    best_seconds: float | None = None  # training time to the best checkpoint
+    best_tokens: int | None = None  # training target tokens to the best checkpoint
+    target_tokens: int = 0  # training target tokens in all
 
     def summary_line(self) -> str:
         bleu_text = f", val BLEU {self.best_val_bleu:.2f}" if self.best_val_bleu is not None else ""
+        reached = (f" after {self.best_seconds / 60:.1f} min and {self.best_tokens / 1e6:.2f}M target tokens"
+                   if self.best_seconds is not None and self.best_tokens is not None else "")
         best = (
-            f"best val loss {self.best_val_loss:.4f} (ppl {self.best_val_ppl:.2f}{bleu_text}) at step {self.best_step}"
+            f"best val loss {self.best_val_loss:.4f} (ppl {self.best_val_ppl:.2f}{bleu_text}) at step "
+            f"{self.best_step}{reached}"
             if math.isfinite(self.best_val_loss) else "no validation yet"
         )
         return (
@@ -222,6 +228,7 @@ class Trainer:
         progress.step += 1
         progress.batch_in_epoch += 1
         progress.elapsed_seconds += seconds
+        progress.target_tokens += global_tokens
         for running in (parts.window, parts.epoch_sums):
             running.update(sums[0], sums[1], sums[2], global_tokens, seconds, grad_norm.double())
 
@@ -262,7 +269,8 @@ class Trainer:
         progress.elapsed_seconds += time.perf_counter() - started
         progress.last_eval_step = progress.step
         val_loss = record["val_loss"]
-        improved = parts.plateau.update(val_loss, progress.step, epoch_label, record["val_bleu"], at_epoch_end)
+        improved = parts.plateau.update(val_loss, progress.step, epoch_label, record["val_bleu"], at_epoch_end,
+                                        progress.elapsed_seconds, progress.target_tokens)
         if at_epoch_end:
             parts.schedule.on_plateau(parts.plateau.stale)
         sums = parts.epoch_sums
@@ -396,6 +404,7 @@ class Trainer:
             best_val_ppl=perplexity_of(plateau.best_loss), best_val_bleu=plateau.best_bleu,
             best_step=plateau.best_step, best_epoch=plateau.best_epoch,
             elapsed_seconds=progress.elapsed_seconds, history=self.parts.history,
+            best_seconds=plateau.best_seconds, best_tokens=plateau.best_tokens, target_tokens=progress.target_tokens,
         )
         if self.context.is_main:
             validated = math.isfinite(result.best_val_loss)
@@ -405,6 +414,8 @@ class Trainer:
                 "best_val_ppl": result.best_val_ppl if validated else None,
                 "best_val_bleu": result.best_val_bleu, "best_step": result.best_step,
                 "best_epoch": result.best_epoch, "elapsed": progress.elapsed_seconds,
+                "best_elapsed": result.best_seconds, "best_target_tokens": result.best_tokens,
+                "target_tokens": result.target_tokens,
             })
         return result
 
