@@ -42,7 +42,7 @@ from attnmt.precision import check_precision
 from attnmt.search import SearchConfig
 
 SECTIONS = ("data", "model", "training", "search")
-LR_SCHEDULES = ("constant", "inverse_sqrt")
+LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
 
 
 @dataclass
@@ -58,7 +58,9 @@ class TrainingConfig:
     clip_norm                clip the global gradient norm to this (null = no clipping)
     lr_schedule              "constant": lr after a linear warm-up over warmup_steps (if any);
                              "inverse_sqrt": lr · min(step / warmup_steps, sqrt(warmup_steps / step))
-                             (Vaswani et al. 2017; needs warmup_steps >= 1)
+                             (Vaswani et al. 2017; needs warmup_steps >= 1); "cosine": warm-up,
+                             then from lr down to min_lr over the budget (max_steps and/or
+                             max_minutes; attnmt.training.schedule)
     warmup_steps             steps of warm-up (0 = none)
     label_smoothing          ε of the training loss; perplexity is always computed without it
     lr_decay                 decay on plateau (as ReduceLROnPlateau): the lr is multiplied by lr_decay
@@ -152,6 +154,8 @@ class TrainingConfig:
             fail("warmup_steps", "an integer >= 0")
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps < 1:
             fail("warmup_steps", "an integer >= 1 with lr_schedule: inverse_sqrt")
+        if self.lr_schedule == "cosine" and self.max_steps is None and self.max_minutes is None:
+            fail("lr_schedule", "cosine only with a budget to fall over: max_steps or max_minutes")
         if not is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
             fail("label_smoothing", "a number in [0, 1)")
         if not is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:

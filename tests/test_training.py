@@ -4,6 +4,7 @@ a run killed with SIGKILL resumes to the same numbers, and bad input fails with 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
@@ -362,6 +363,24 @@ def test_learning_rate_schedule():
     assert restored.lr(50) == pytest.approx(3e-4) and restored.state_dict() == plateau.state_dict()
     with pytest.raises(ConfigError, match="warmup_steps"):
         TrainingConfig(lr_schedule="inverse_sqrt")
+
+    cosine = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, lr_schedule="cosine", warmup_steps=10,
+                                                            min_lr=1e-4, max_minutes=5))
+    assert cosine.lr(5, spent=0.0) == pytest.approx(5e-4)  # warming up
+    # then from lr at the start of the budget to min_lr at its end, half way at its middle
+    assert [cosine.lr(100, spent) for spent in (0.0, 0.5, 1.0, 1.7)] == pytest.approx([1e-3, 5.5e-4, 1e-4, 1e-4])
+    with pytest.raises(ConfigError, match="cosine only with a budget to fall over: max_steps or max_minutes"):
+        TrainingConfig(lr_schedule="cosine", max_minutes=None)
+
+
+def test_a_cosine_schedule_over_max_steps_falls_to_min_lr_at_the_last_step(tmp_path):
+    config = tiny_config(tmp_path, max_epochs=10, max_steps=20, log_every=1, examples=0, lr_schedule="cosine",
+                         min_lr=1e-4)
+    run_trainer(tmp_path, config)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lrs = {r["step"]: r["lr"] for r in records if r["type"] == "train"}
+    expected = {step: 1e-4 + (0.01 - 1e-4) * 0.5 * (1 + math.cos(math.pi * (step - 1) / 20)) for step in lrs}
+    assert lrs == pytest.approx(expected)  # step s runs with the share (s - 1) / 20 spent before it
 
 
 def test_plateau_tracker_has_one_rule_for_best_patience_and_decay():

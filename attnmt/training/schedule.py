@@ -62,6 +62,13 @@ class LearningRateSchedule:
         lr(step) = lr · schedule(step) · plateau_scale
         schedule(step) = min(1, step / warmup_steps)                          "constant" (1 without warm-up)
                        = min(step / warmup_steps, sqrt(warmup_steps / step))  "inverse_sqrt"
+                       = min(1, step / warmup_steps) · (m + (1 − m) · (1 + cos(π f)) / 2)   "cosine"
+
+    For "cosine", f in [0, 1] is the share of the training budget spent: the larger of
+    step / max_steps and (training minutes) / max_minutes, whichever limits are set, so the lr
+    falls from lr to min_lr (m = min_lr / lr) by the end of the budget (a one-cycle with its
+    warm-up). With a time budget f follows the clock, read every ``log_every`` steps (rank 0's
+    clock under torchrun), so two such runs differ slightly, as they already stop at different steps.
 
     ``plateau_scale`` starts at 1 and is multiplied by ``lr_decay`` after every ``lr_patience + 1``
     epoch-end validations without improvement (``on_plateau``); lr · plateau_scale never goes
@@ -79,18 +86,23 @@ class LearningRateSchedule:
         self.min_lr = training.min_lr
         self.plateau_scale = 1.0
 
-    def factor(self, step: int) -> float:
+    def factor(self, step: int, spent: float = 0.0) -> float:
         step = max(step, 1)
         if self.schedule == "inverse_sqrt":
             return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
-        return min(1.0, step / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        warm = min(1.0, step / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        if self.schedule == "cosine":
+            floor = min(1.0, self.min_lr / self.base_lr)
+            return warm * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(max(spent, 0.0), 1.0))))
+        return warm
 
-    def lr(self, step: int) -> float:
-        return self.base_lr * self.factor(step) * self.plateau_scale
+    def lr(self, step: int, spent: float = 0.0) -> float:
+        return self.base_lr * self.factor(step, spent) * self.plateau_scale
 
-    def set_step(self, step: int) -> float:
-        """Set the optimizer's lr for optimizer step ``step`` (1-based) and return it."""
-        lr = self.lr(step)
+    def set_step(self, step: int, spent: float = 0.0) -> float:
+        """Set the optimizer's lr for optimizer step ``step`` (1-based), ``spent`` the share of the
+        budget used (for "cosine"), and return it."""
+        lr = self.lr(step, spent)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr

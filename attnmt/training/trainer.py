@@ -107,6 +107,7 @@ class Trainer:
         self.parts: TrainingParts | None = None
         self._last_saved: tuple | None = None
         self._tensorboard: TensorBoardLog | None = None  # with training.tensorboard, on rank 0
+        self._minutes_spent: float | None = None  # share of max_minutes at the last reading of the clock
 
     @property
     def model(self):
@@ -208,7 +209,7 @@ class Trainer:
             return
         started = time.perf_counter()
         parts.optimizer.zero_grad(set_to_none=True)
-        parts.schedule.set_step(progress.step + 1)
+        parts.schedule.set_step(progress.step + 1, self._budget_spent())
         stats = backward_on_batch(
             parts.ddp_model, batch, training.label_smoothing, global_tokens, context.world_size, training.precision,
             self._guide_batch(batch), parts.scaler,
@@ -248,12 +249,23 @@ class Trainer:
         training, progress, context = self.config.training, self.parts.progress, self.context
         if training.max_steps is not None and progress.step >= training.max_steps:
             return f"max_steps={training.max_steps} reached"
-        if training.max_minutes is None or (context.distributed and progress.step % training.log_every != 0):
+        if training.max_minutes is None:
             return None
-        late = context.is_main and progress.elapsed_seconds >= 60 * training.max_minutes
+        if context.distributed and self._minutes_spent is not None and progress.step % training.log_every != 0:
+            return None
+        # Rank 0's clock: whether it is late, and the share of the time budget spent (the cosine lr).
+        spent = progress.elapsed_seconds / (60 * training.max_minutes) if context.is_main else 0.0
         if context.distributed:
-            late = context.all_reduce_sum([1.0 if late else 0.0])[0] > 0
-        return f"max_minutes={training.max_minutes:g} reached" if late else None
+            spent = context.all_reduce_sum([spent])[0]
+        self._minutes_spent = spent
+        return f"max_minutes={training.max_minutes:g} reached" if spent >= 1.0 else None
+
+    def _budget_spent(self) -> float:
+        """The share of the training budget used so far (``lr_schedule: cosine``): the larger of
+        step / max_steps and the share of max_minutes at the last reading of the clock."""
+        training, progress = self.config.training, self.parts.progress
+        spent = progress.step / training.max_steps if training.max_steps is not None else 0.0
+        return max(spent, self._minutes_spent or 0.0)
 
     def _lr(self) -> float:
         return float(self.parts.optimizer.param_groups[0]["lr"])
