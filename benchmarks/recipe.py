@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--json", required=True, help="where to write the results")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="passed to attnmt train, e.g. --set training.seed=2 (repeatable)")
     args = parser.parse_args(argv)
 
     import time
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.config and args.out):
             parser.error("give a config and --out to train, or --run RUN to score a trained run")
         run = Path(args.out)
-        code = attnmt(["train", "--config", args.config, "--out", str(run), "--no-progress"])
+        code = attnmt(["train", "--config", args.config, "--out", str(run), "--no-progress",
+                       *[item for setting in args.set for item in ("--set", setting)]])
         if code:
             return code
 

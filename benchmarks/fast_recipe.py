@@ -1,0 +1,89 @@
+"""The fast CPU recipe (configs/multi30k_rnn_fast.yaml) over seeds and time budgets: what `make demo`'s
+five minutes and a quarter of an hour of training give, as mean ± standard deviation.
+
+    python benchmarks/fast_recipe.py                      # seeds 1-3, 5 and 15 minutes: about 50 minutes
+    python benchmarks/fast_recipe.py --seeds 1 --minutes 5
+
+Each seed is one run, trained to 5 minutes and scored (test_2016_flickr, greedy and beam 5, with
+`benchmarks/recipe.py`), then resumed to 15 minutes and scored again; the JSON of each in
+benchmarks/results/fast/. Run it on an otherwise idle machine:
+the budgets are wall-clock minutes. Prints a table and writes
+benchmarks/results/multi30k_rnn_fast.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import recipe
+from attnmt.cli import main as attnmt_cli
+from attnmt.files import write_text_atomic
+from attnmt.tables import format_table
+from portable import portable
+
+PROJECT = Path(__file__).resolve().parents[1]
+CONFIG = PROJECT / "configs" / "multi30k_rnn_fast.yaml"
+RESULTS = PROJECT / "benchmarks" / "results"
+
+
+def spread(values: list[float]) -> dict:
+    return {"mean": round(statistics.mean(values), 2),
+            "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0, "values": values}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--minutes", type=float, nargs="+", default=[5, 15])
+    parser.add_argument("--runs", type=Path, default=PROJECT / "runs" / "fast", help="where the runs go")
+    parser.add_argument("--json", type=Path, default=RESULTS / "multi30k_rnn_fast.json")
+    args = parser.parse_args()
+    rows, record = [], {"config": str(CONFIG.relative_to(PROJECT)), "budgets": []}
+    scored: dict[float, list[dict]] = {minutes: [] for minutes in sorted(args.minutes)}
+    for seed in args.seeds:
+        # One run per seed: trained to the first budget and scored, then resumed (exactly, as if
+        # never stopped: the recipe's schedule does not depend on the budget) to the next.
+        run = args.runs / f"seed{seed}"
+        for number, minutes in enumerate(sorted(args.minutes)):
+            command = ["train", "--out", str(run), "--no-progress", "--max-minutes", f"{minutes:g}"]
+            command += ["--resume"] if number else ["--config", str(CONFIG), "--seed", str(seed)]
+            code = attnmt_cli(command)
+            if code:
+                return code
+            out = RESULTS / "fast" / f"{minutes:g}min-seed{seed}.json"
+            code = recipe.main(["--run", str(run), "--json", str(out)])
+            if code:
+                return code
+            scored[minutes].append(json.loads(out.read_text(encoding="utf-8")))
+    for minutes, runs in scored.items():
+        bleu = {beam: spread([next(b["bleu"] for b in run["by_beam"] if b["beam"] == beam) for run in runs])
+                for beam in (1, 5)}
+        training = [run["training"] for run in runs]
+        budget = {
+            "minutes": minutes, "seeds": args.seeds, "parameters": runs[0]["parameters"],
+            "bleu_greedy": bleu[1], "bleu_beam5": bleu[5],
+            "perplexity": spread([run["test"]["perplexity"] for run in runs]),
+            "tokens_per_s_median": spread([t["tokens_per_s_median"] for t in training]),
+            "steps": [t["steps"] for t in training],
+            "minutes_to_best": [t["minutes_to_best"] for t in training],
+            "target_tokens_to_best": [t["target_tokens_to_best"] for t in training],
+            "runs": [f"fast/{minutes:g}min-seed{seed}.json" for seed in args.seeds],
+        }
+        record["budgets"].append(budget)
+        rows.append([f"{minutes:g}", len(args.seeds), f"{bleu[5]['mean']:.2f} ± {bleu[5]['std']:.2f}",
+                     f"{bleu[1]['mean']:.2f} ± {bleu[1]['std']:.2f}",
+                     f"{budget['perplexity']['mean']:.2f}", f"{budget['tokens_per_s_median']['mean']:.0f}",
+                     f"{statistics.mean(budget['target_tokens_to_best']) / 1e6:.2f}M"])
+    print(format_table(["minutes", "seeds", "BLEU beam 5", "BLEU greedy", "perplexity", "target tokens/s",
+                        "tokens to best"], rows))
+    write_text_atomic(args.json, json.dumps(portable(record), indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Levers of the fast CPU recipe, compared: the validation numbers of short runs that differ in one
+or two settings, read from their run folders (no training here).
+
+    python benchmarks/levers.py NAME=RUN[:what changed] ... --json benchmarks/results/fast_levers.json
+
+For each run: parameters, steps, training target tokens, median target tokens/s, and at its best
+checkpoint the validation perplexity and validation BLEU (greedy, on ``bleu_max_sentences``
+sentences), with the minutes and tokens it took. Prints a table; writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from attnmt.files import write_text_atomic
+from attnmt.tables import format_table
+from portable import portable
+
+
+def summarize(run: Path) -> dict:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    summary = [r for r in records if r["type"] == "summary"][-1]
+    train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    return {
+        "model": {key: config["model"].get(key) for key in ("embed_dim", "hidden_dim", "dropout")},
+        "vocab_size": config["data"]["vocab_size"], "max_tokens": config["data"]["max_tokens"],
+        "lr": config["training"]["lr"], "lr_schedule": config["training"].get("lr_schedule", "constant"),
+        "precision": config["training"].get("precision", "fp32"),
+        "steps": summary["step"], "minutes": round(summary["elapsed"] / 60, 2),
+        "target_tokens": summary.get("target_tokens"), "tokens_per_s_median": round(train[len(train) // 2]),
+        "best_val_ppl": round(summary["best_val_ppl"], 2), "best_val_bleu": round(summary["best_val_bleu"], 2),
+        "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="NAME=RUN[:WHAT]")
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--note", default="", help="how the runs were made (recorded in the JSON)")
+    args = parser.parse_args()
+    rows, results = [], []
+    for item in args.runs:
+        name, rest = item.split("=", 1)
+        path, _, what = rest.partition(":")
+        result = {"name": name, "what": what, **summarize(Path(path))}
+        results.append(result)
+        rows.append([name, what, result["steps"], f"{result['target_tokens'] / 1e6:.2f}M",
+                     result["tokens_per_s_median"], result["best_val_ppl"], result["best_val_bleu"]])
+    print(format_table(["run", "what changed", "steps", "target tokens", "tokens/s", "val ppl", "val BLEU"], rows))
+    write_text_atomic(args.json, json.dumps(portable({"note": args.note, "runs": results}), indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
