@@ -61,7 +61,6 @@ class HFTranslator:
     def __init__(self, model, tokenizer, name: str, search: SearchConfig | None = None) -> None:
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
         self.search = search or SearchConfig()
-        self.run_config = None
         config = model.config
         self.decoder_start = model.generation_config.decoder_start_token_id
         if self.decoder_start is None:
@@ -100,16 +99,20 @@ class HFTranslator:
 
     # ---- translation -------------------------------------------------------------------------
 
-    def _forced(self, input_ids, attention_mask, decoder_input_ids) -> tuple[np.ndarray, np.ndarray]:
-        """Teacher forcing ``decoder_input_ids``: the cross-attention [B, L, h, T, S] and the
-        log-probabilities [B, T, V], float32."""
+    def _forced(self, input_ids, attention_mask, decoder_input_ids, targets=None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Teacher forcing ``decoder_input_ids``: the cross-attention [B, L, h, T, S] float32 and,
+        given ``targets`` [B, T] (the token each step predicts), their log-probabilities [B, T],
+        taken on the device (the [B, T, V] log-probabilities never leave it)."""
         with torch.inference_mode():
             output = self.model(input_ids=input_ids, attention_mask=attention_mask,
                                 decoder_input_ids=decoder_input_ids, output_attentions=True)
-        if not output.cross_attentions or output.cross_attentions[0] is None:
-            raise ConfigError(f"--hf {self.name}: the model returns no cross-attention")
-        weights = torch.stack(output.cross_attentions, dim=1).float().cpu().numpy()
-        return weights, torch.log_softmax(output.logits.float(), dim=-1).cpu().numpy()
+            if not output.cross_attentions or output.cross_attentions[0] is None:
+                raise ConfigError(f"--hf {self.name}: the model returns no cross-attention")
+            weights = torch.stack(output.cross_attentions, dim=1).float().cpu().numpy()
+            if targets is None:
+                return weights, None
+            log_probs = torch.log_softmax(output.logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
+        return weights, log_probs.squeeze(-1).cpu().numpy()
 
     def translate(
         self,
@@ -143,7 +146,8 @@ class HFTranslator:
                 generated = self.model.generate(**encoded, num_beams=beam, num_return_sequences=1,
                                                 max_new_tokens=new_tokens, output_scores=False)
             # The output force-decoded: its attention, and its log-probability (the score).
-            weights, log_probs = self._forced(encoded["input_ids"], encoded["attention_mask"], generated[:, :-1])
+            weights, log_probs = self._forced(encoded["input_ids"], encoded["attention_mask"], generated[:, :-1],
+                                              targets=generated[:, 1:])
             for row, sentence in enumerate(chunk):
                 results.append(self._translation(sentence, encoded, generated, weights if return_attention else None,
                                                  log_probs, row))
@@ -168,7 +172,7 @@ class HFTranslator:
             output=self.tokenizer.decode(output, skip_special_tokens=True).strip(),
             src_pieces=self.tokenizer.convert_ids_to_tokens(source),
             out_pieces=self.tokenizer.convert_ids_to_tokens(output),
-            attention=attention, score=float(log_probs[row, np.arange(len(output)), output].sum()),
+            attention=attention, score=float(log_probs[row, : len(output)].sum()),
         )
 
     def layer_head_attention(self, translation: Translation) -> np.ndarray:
@@ -195,7 +199,6 @@ class HFAligner:
                                       "decoder layer") + 1
         self.head = None if head is None or head == "mean" else resolve_position(head, self.heads, "head") + 1
         self.shift, self.renormalize, self.batch_size = bool(shift), renormalize, batch_size
-        self.run_languages = ("source", "target")
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], np.ndarray] = {}
 
     def describe(self) -> str:
