@@ -8,7 +8,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES_HELP = "auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps"
 
 #: ways of turning attention weights into links (see attnmt.alignment.links)
-LINK_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final", "itermax", "match")
+LINK_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and",
+                "itermax", "match")
+#: ways to make one set of links from two directional ones (``attnmt.alignment.symmetrize``)
+SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
 #: vector-attention scorings (see attnmt.alignment.weights)
 SCORINGS = ("cosine", "seed")

@@ -54,6 +54,41 @@ def test_hansards_guided_recipe_is_the_plain_one_plus_the_guide():
     assert guided["search"] == plain["search"]
 
 
+def test_eflomal_guided_recipes_are_the_guided_one_with_the_teacher_and_mirror_each_other():
+    """configs/hansards_align_*.yaml: configs/hansards_rnn_guided.yaml with eflomal's links, guide
+    weight 1.0 and one thread for 60 minutes, in both directions, otherwise the same."""
+    guided = load_config(CONFIGS / "hansards_rnn_guided.yaml").to_dict()
+    forward = load_config(CONFIGS / "hansards_align_en_fr.yaml").to_dict()
+    reverse = load_config(CONFIGS / "hansards_align_fr_en.yaml").to_dict()
+    assert Path(forward["data"].pop("train_links")).name == "train.en-fr.links"
+    assert Path(reverse["data"].pop("train_links")).name == "train.fr-en.links"
+    guided["data"].pop("train_links")
+    assert forward["data"] == guided["data"]
+    changed = {"guide_weight": 1.0, "max_minutes": 60, "num_threads": 1}
+    assert {k: forward["training"][k] for k in changed} == changed
+    assert {k: v for k, v in forward["training"].items() if k not in changed} == \
+        {k: v for k, v in guided["training"].items() if k not in changed}
+    assert (forward["model"], forward["search"]) == (guided["model"], guided["search"])
+    for split in ("train", "valid"):
+        assert list(reverse["data"][split]) == list(reversed(forward["data"][split]))
+    assert {name: list(reversed(files)) for name, files in forward["data"]["test"].items()} == \
+        {name: list(files) for name, files in reverse["data"]["test"].items()}
+    for section in ("model", "training", "search"):
+        assert forward[section] == reverse[section], section
+
+
+def test_eflomal_guided_transformers_share_the_rnn_recipes_data_and_mirror_each_other():
+    rnn = load_config(CONFIGS / "hansards_align_en_fr.yaml").to_dict()
+    forward = load_config(CONFIGS / "hansards_align_transformer_en_fr.yaml").to_dict()
+    reverse = load_config(CONFIGS / "hansards_align_transformer_fr_en.yaml").to_dict()
+    assert forward["data"] == rnn["data"]
+    assert reverse["data"] == load_config(CONFIGS / "hansards_align_fr_en.yaml").to_dict()["data"]
+    assert forward["model"]["type"] == "transformer"
+    assert (forward["training"]["guide_layer"], forward["training"]["guide_head"]) == (2, 1)
+    for section in ("model", "training", "search"):
+        assert forward[section] == reverse[section], section
+
+
 def test_multi30k_bf16_recipe_is_the_fp32_one_in_bfloat16():
     fp32 = load_config(CONFIGS / "multi30k_rnn.yaml").to_dict()
     bf16 = load_config(CONFIGS / "multi30k_rnn_bf16.yaml").to_dict()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnmt.names import GOLD_FORMATS, LINK_METHODS, SCORINGS
+from attnmt.names import GOLD_FORMATS, LINK_METHODS, SCORINGS, SYMMETRIZATIONS
 
 _SUBMODULE_OF = {
     "EMBED_METHOD": "embed",
@@ -42,6 +42,7 @@ _SUBMODULE_OF = {
     "itermax_links": "links",
     "match_links": "links",
     "src2tgt_links": "links",
+    "symmetrize": "links",
     "tgt2src_links": "links",
     "union_links": "links",
     "GoldAlignment": "attnmt.data.links",
@@ -69,7 +70,7 @@ _SUBMODULE_OF = {
     "vector_attention": "weights",
 }
 
-__all__ = sorted(["GOLD_FORMATS", "LINK_METHODS", "SCORINGS", *_SUBMODULE_OF])
+__all__ = sorted(["GOLD_FORMATS", "LINK_METHODS", "SCORINGS", "SYMMETRIZATIONS", *_SUBMODULE_OF])
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,8 @@ Methods (:data:`LINK_METHODS`):
 * ``intersect`` / ``union`` of the two: high precision / high recall.
 * ``grow-diag``: start from the intersection and repeatedly add links of the union that neighbour
   (also diagonally) an existing link and touch a so-far unaligned word (Koehn et al., 2003);
-  ``grow-diag-final`` then adds union links whose source or target word is still unaligned.
+  ``grow-diag-final`` then adds union links whose source or target word is still unaligned,
+  ``grow-diag-final-and`` only those whose source and target words both are.
 * ``itermax`` (Jalili Sabet et al., 2020, SimAlign): mutual argmax (= ``intersect``), then up to
   ``max_iterations − 1`` more rounds of mutual argmax on a modified matrix where pairs with both
   words aligned are excluded and pairs with one aligned word are discounted by ``discount``
@@ -32,7 +33,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from tqdm import tqdm
 
-from attnmt.names import LINK_METHODS
+from attnmt.names import LINK_METHODS, SYMMETRIZATIONS
 
 __all__ = [
     "LINK_METHODS",
@@ -44,6 +45,7 @@ __all__ = [
     "itermax_links",
     "match_links",
     "src2tgt_links",
+    "symmetrize",
     "tgt2src_links",
     "union_links",
 ]
@@ -96,9 +98,27 @@ _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1,
 
 def grow_diag_links(weights, final: bool = False) -> Links:
     """Koehn's grow-diag(-final) symmetrisation of the two argmax directions (see module doc)."""
-    forward, backward = src2tgt_links(weights), tgt2src_links(weights)
-    union = forward | backward
-    links = forward & backward
+    return symmetrize(src2tgt_links(weights), tgt2src_links(weights), "grow-diag-final" if final else "grow-diag")
+
+
+def symmetrize(forward: Links, backward: Links, method: str = "grow-diag-final") -> Links:
+    """One set of links from two directional ones (Och & Ney, 2003; Koehn et al., 2003).
+
+    ``forward`` and ``backward`` are links ``(i_src, j_tgt)`` of the same pair from two aligners,
+    e.g. the two directions of eflomal, or the argmax of each translation direction's attention.
+    Methods (:data:`SYMMETRIZATIONS`): ``intersect``, ``union``; ``grow-diag`` starts from the
+    intersection and adds union links that neighbour (also diagonally) a link and bring in a word
+    not yet aligned, until none is added; ``grow-diag-final`` then adds union links with a word
+    still unaligned on either side; ``grow-diag-final-and`` only those with both words unaligned.
+    """
+    if method not in SYMMETRIZATIONS:
+        raise ValueError(f"unknown symmetrisation {method!r}; choose one of {', '.join(SYMMETRIZATIONS)}")
+    union = set(forward) | set(backward)
+    links = set(forward) & set(backward)
+    if method == "intersect":
+        return links
+    if method == "union":
+        return union
     aligned_src = {i for i, _ in links}
     aligned_tgt = {j for _, j in links}
     added = True
@@ -114,10 +134,12 @@ def grow_diag_links(weights, final: bool = False) -> Links:
                     aligned_src.add(candidate[0])
                     aligned_tgt.add(candidate[1])
                     added = True
-    if final:
+    if method in ("grow-diag-final", "grow-diag-final-and"):
+        both = method == "grow-diag-final-and"
         for direction in (forward, backward):
             for i, j in sorted(direction):
-                if (i not in aligned_src or j not in aligned_tgt) and (i, j) not in links:
+                src_free, tgt_free = i not in aligned_src, j not in aligned_tgt
+                if ((src_free and tgt_free) if both else (src_free or tgt_free)) and (i, j) not in links:
                     links.add((i, j))
                     aligned_src.add(i)
                     aligned_tgt.add(j)
@@ -169,6 +191,8 @@ _EXTRACTORS: dict[str, Callable[[np.ndarray], Links]] = {
     "union": union_links,
     "grow-diag": grow_diag_links,
     "grow-diag-final": lambda weights: grow_diag_links(weights, final=True),
+    "grow-diag-final-and": lambda weights: symmetrize(src2tgt_links(weights), tgt2src_links(weights),
+                                                      "grow-diag-final-and"),
     "itermax": itermax_links,
     "match": match_links,
 }

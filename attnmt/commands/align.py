@@ -16,12 +16,17 @@ attention gets --vector-weight, the translators share the rest equally.
 The weights become links by --method; with --gold the links are scored: alignment error rate,
 precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
 words are lower-cased for vectors and kept as they are for a translator.
+With --eflomal the links come from eflomal instead (pip install 'attnmt[align]'), a statistical
+aligner run in both directions over the whole files; --method then picks one direction (tgt2src,
+src2tgt) or a symmetrisation, and --also-src/--also-tgt add pairs aligned alongside (more text for
+its counts) whose links are not written: align a small test set together with a large corpus.
 Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --out links.txt
   --gold test.naacl --gold-format naacl
   attnmt align --model runs/hansards-rnn --src test.en-fr.en --tgt test.en-fr.fr --method grow-diag
   --out links.txt --gold test.en-fr.naacl
   attnmt align --model runs/hansards-rnn --model runs/hansards-rnn-fr-en --vectors vectors/hansards
   --src test.en-fr.en --tgt test.en-fr.fr --method intersect --out links.txt --gold test.en-fr.naacl
+  attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --out train.links
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a trained translator run (its decoder attention); give it twice for both "
                         "directions (one of --vectors and --model is required)")
     add_hf_option(parser, action="append")
+    parser.add_argument("--eflomal", action="store_true",
+                        help="links from eflomal, both directions, symmetrised by --method (needs attnmt[align])")
+    parser.add_argument("--also-src", metavar="FILE", default=None,
+                        help="with --eflomal: more source sentences aligned alongside (their links are not written)")
+    parser.add_argument("--also-tgt", metavar="FILE", default=None, help="with --eflomal: their translations")
     parser.add_argument("--vector-weight", type=float, default=None, metavar="W",
                         help="with --vectors and --model: share of vector attention in the geometric mean, "
                         f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
@@ -97,9 +107,23 @@ def _check_options(args: argparse.Namespace) -> None:
     would be silently ignored)."""
     from attnmt.errors import ConfigError
 
-    if args.model is None and args.vectors is None and args.hf is None:
+    if args.eflomal:
+        from attnmt.alignment.eflomal import EFLOMAL_METHODS
+
+        others = [flag for flag, value in (("--vectors", args.vectors), ("--model", args.model), ("--hf", args.hf))
+                  if value is not None]
+        if others:
+            raise ConfigError(f"--eflomal aligns on its own; it does not combine with {', '.join(others)}")
+        if args.method not in EFLOMAL_METHODS:
+            raise ConfigError(f"--method {args.method} needs attention weights; with --eflomal choose one of "
+                              f"{', '.join(EFLOMAL_METHODS)}")
+    elif args.also_src is not None or args.also_tgt is not None:
+        raise ConfigError("--also-src/--also-tgt: only with --eflomal")
+    if (args.also_src is None) != (args.also_tgt is None):
+        raise ConfigError("give both --also-src and --also-tgt, or neither")
+    if args.model is None and args.vectors is None and args.hf is None and not args.eflomal:
         raise ConfigError("give the weights to align with: --vectors DIR, --model RUN (once or twice), "
-                          "--hf MODEL, or several of them")
+                          "--hf MODEL, or several of them; or --eflomal for eflomal's links")
     for foreign, missing, wanted in ((VECTOR_OPTIONS, args.vectors is None, "--vectors"),
                                      (HF_OPTIONS, args.model is None and args.hf is None, "--model or --hf"),
                                      (RUN_OPTIONS, args.model is None, "--model")):
@@ -227,6 +251,17 @@ def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
               f"unknown and got a zero vector, e.g. {examples}", file=sys.stderr)
 
 
+def _eflomal_links(args: argparse.Namespace, src_sentences, tgt_sentences):
+    """eflomal's links of the pairs, aligned together with the --also pairs."""
+    from attnmt.alignment.eflomal import eflomal_alignments, import_eflomal
+
+    import_eflomal()  # before reading --also files: a missing package is the first thing to say
+    also = _read_sentences(args.also_src, args.also_tgt) if args.also_src is not None else None
+    extra = f" together with {len(also[0])} pairs of {args.also_src}" if also else ""
+    say("align", f"eflomal: aligning {len(src_sentences)} pairs{extra} in both directions, then {args.method}")
+    return eflomal_alignments(src_sentences, tgt_sentences, args.method, also=also, quiet=False)
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -249,8 +284,11 @@ def run(args: argparse.Namespace) -> int:
         gold_format = args.gold_format or ("naacl" if Path(args.gold).suffix in (".naacl", ".wa") else "pharaoh")
         gold = read_gold(args.gold, gold_format, [len(s) for s in src_sentences], [len(s) for s in tgt_sentences],
                          one_based=args.gold_one_based)
-    weight_fn = _weight_function(args, src_sentences, tgt_sentences)
-    alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, progress=True)
+    if args.eflomal:
+        alignments = _eflomal_links(args, src_sentences, tgt_sentences)
+    else:
+        weight_fn = _weight_function(args, src_sentences, tgt_sentences)
+        alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, progress=True)
     write_pharaoh(out, alignments, overwrite=True)
     print(f"aligned {len(alignments)} pairs with {args.method}: {sum(map(len, alignments))} links; wrote {out}")
     if gold is not None:

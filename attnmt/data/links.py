@@ -352,7 +352,7 @@ def check_links_file(path: str | Path) -> Path:
     if not path.is_file():
         raise DataError(
             f"data.train_links: {path} is not a file; write the links of the training pairs first, e.g. "
-            f"`attnmt align --vectors DIR --src TRAIN_SRC --tgt TRAIN_TGT --out {path}`"
+            f"`attnmt align --eflomal --src TRAIN_SRC --tgt TRAIN_TGT --out {path}` (or --vectors DIR)"
         )
     return path
 

@@ -1,0 +1,123 @@
+"""Word alignment with eflomal (Östling & Tiedemann, 2016), a measured peer and a teacher.
+
+eflomal is a Bayesian IBM-model aligner (fertility and distortion, Gibbs sampling), among the
+best statistical aligners. It is an optional dependency: ``pip install 'attnmt[align]'``.
+
+:func:`eflomal_alignments` aligns whole corpora in both directions, as such aligners are used:
+every pair is aligned together with the others, so more text (``also``: pairs aligned alongside
+whose links are not returned) helps the pairs you want. The forward direction links each target
+word to at most one source word (``tgt2src`` in :data:`attnmt.names.LINK_METHODS`), the reverse
+direction each source word to at most one target word (``src2tgt``); the other methods symmetrise
+the two (:func:`attnmt.alignment.links.symmetrize`).
+
+Words are split on spaces and lower-cased before eflomal sees them (the links are positions, so
+the case only splits a word's counts). Links are ``(i_src, j_tgt)``, 0-based.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from attnmt.alignment.links import Links, symmetrize
+from attnmt.data.links import read_pharaoh_alignments
+from attnmt.errors import ConfigError, DataError
+
+__all__ = ["EFLOMAL_METHODS", "directional_links", "eflomal_alignments", "eflomal_directions", "import_eflomal"]
+
+#: the link methods that need no weights: one direction of eflomal, or both symmetrised
+EFLOMAL_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final",
+                   "grow-diag-final-and")
+
+
+def import_eflomal():
+    """The eflomal module, or ConfigError saying how to install it."""
+    try:
+        import eflomal
+    except ImportError:
+        raise ConfigError("eflomal is not installed; install it with: pip install 'attnmt[align]' "
+                          "(or pip install eflomal)") from None
+    return eflomal
+
+
+def eflomal_alignments(
+    src_sentences: Sequence[Sequence[str]],
+    tgt_sentences: Sequence[Sequence[str]],
+    method: str = "intersect",
+    *,
+    also: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
+    quiet: bool = True,
+) -> list[Links]:
+    """Links of every pair ``(src_sentences[k], tgt_sentences[k])`` by eflomal with ``method``.
+
+    src_sentences, tgt_sentences: lists of words, one list per pair (same length). also: more
+    (source, target) pairs aligned in the same run to give the model more text; their links are
+    dropped. method: one of :data:`EFLOMAL_METHODS`. Pairs with an empty side get no links.
+    Raises ConfigError without eflomal or for an unknown method, DataError when the lists differ
+    in length.
+    """
+    _check_method(method)
+    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, quiet=quiet)
+    return [directional_links(f, b, method) for f, b in zip(forward, backward)]
+
+
+def eflomal_directions(
+    src_sentences: Sequence[Sequence[str]],
+    tgt_sentences: Sequence[Sequence[str]],
+    *,
+    also: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
+    quiet: bool = True,
+) -> tuple[list[Links], list[Links]]:
+    """eflomal's (forward, backward) links of every pair: one run, both directions (see
+    :func:`eflomal_alignments`). eflomal samples without a seed, so two runs differ a little."""
+    if len(src_sentences) != len(tgt_sentences):
+        raise DataError(f"eflomal: {len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences")
+    extra_src, extra_tgt = also if also is not None else ([], [])
+    if len(extra_src) != len(extra_tgt):
+        raise DataError(f"eflomal: {len(extra_src)} extra source sentences but {len(extra_tgt)} extra target sentences")
+    eflomal = import_eflomal()
+    wanted = len(src_sentences)
+    if wanted == 0:
+        return [], []
+    src_lines = [_line(words) for words in [*src_sentences, *extra_src]]
+    tgt_lines = [_line(words) for words in [*tgt_sentences, *extra_tgt]]
+    with tempfile.TemporaryDirectory(prefix="attnmt-eflomal-") as folder:
+        forward_path, backward_path = os.path.join(folder, "forward"), os.path.join(folder, "backward")
+        eflomal.Aligner().align(src_lines, tgt_lines, links_filename_fwd=forward_path,
+                                links_filename_rev=backward_path, quiet=quiet)
+        forward = _read_links(forward_path, len(src_lines))[:wanted]
+        backward = _read_links(backward_path, len(src_lines))[:wanted]
+    empty = [not src or not tgt for src, tgt in zip(src_sentences, tgt_sentences)]
+    return ([set() if e else links for e, links in zip(empty, forward)],
+            [set() if e else links for e, links in zip(empty, backward)])
+
+
+def directional_links(forward: Links, backward: Links, method: str) -> Links:
+    """One pair's links by ``method``: ``tgt2src`` = forward (each target word to at most one
+    source word), ``src2tgt`` = backward, else the two symmetrised."""
+    _check_method(method)
+    if method == "tgt2src":
+        return set(forward)
+    if method == "src2tgt":
+        return set(backward)
+    return symmetrize(forward, backward, method)
+
+
+def _check_method(method: str) -> None:
+    if method not in EFLOMAL_METHODS:
+        raise ConfigError(f"eflomal: method {method!r} needs attention weights; choose one of "
+                          f"{', '.join(EFLOMAL_METHODS)}")
+
+
+def _line(words: Sequence[str]) -> str:
+    return " ".join(word.lower() for word in words)
+
+
+def _read_links(path: str, expected: int) -> list[Links]:
+    """eflomal's output: one Pharaoh line per pair; DataError when it wrote another number of lines."""
+    links = read_pharaoh_alignments(Path(path)).sure
+    if len(links) != expected:
+        raise DataError(f"eflomal wrote {len(links)} lines of links for {expected} pairs")
+    return links

@@ -1,0 +1,184 @@
+"""eflomal as a teacher (`attnmt align --eflomal`) and the symmetrisation of two link sets."""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+
+import numpy as np
+import pytest
+
+from attnmt.alignment import alignment_error_rate, grow_diag_links, src2tgt_links, symmetrize, tgt2src_links
+from attnmt.alignment.eflomal import EFLOMAL_METHODS, directional_links, eflomal_alignments
+from attnmt.cli import main
+from attnmt.errors import ConfigError, DataError
+from attnmt.names import SYMMETRIZATIONS
+
+NOUNS = {"cat": "chat", "dog": "chien", "house": "maison", "car": "voiture", "tree": "arbre", "boat": "bateau"}
+ADJECTIVES = {"red": "rouge", "big": "grand", "small": "petit", "green": "vert"}
+VERBS = {"sees": "voit", "likes": "aime", "paints": "peint"}
+
+
+def synthetic_pairs(count: int, seed: int = 0):
+    """English/French pairs with a known alignment: 'the ADJ NOUN VERB the NOUN' → 'le NOUN ADJ VERB
+    le NOUN' (the adjective moves after its noun) and sometimes a French 'bien' no English word
+    gives (unaligned). Returns (English words, French words, links)."""
+    rng = np.random.default_rng(seed)
+    src, tgt, links = [], [], []
+    for _ in range(count):
+        adjective = str(rng.choice(list(ADJECTIVES)))
+        noun, other = (str(word) for word in rng.choice(list(NOUNS), 2, replace=False))
+        verb = str(rng.choice(list(VERBS)))
+        english = ["the", adjective, noun, verb, "the", other]
+        french = ["le", NOUNS[noun], ADJECTIVES[adjective], VERBS[verb], "le", NOUNS[other]]
+        pair_links = {(0, 0), (2, 1), (1, 2), (3, 3), (4, 4), (5, 5)}
+        if rng.random() < 0.3:
+            french.insert(4, "bien")
+            pair_links = {(i, j + (j >= 4)) for i, j in pair_links}
+        src.append(english)
+        tgt.append(french)
+        links.append(pair_links)
+    return src, tgt, links
+
+
+# ---- symmetrisation of two link sets -------------------------------------------------------------
+
+def test_symmetrize_of_a_matrix_argmax_pair_is_the_matrix_method():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        weights = rng.random((int(rng.integers(1, 7)), int(rng.integers(1, 7))))
+        forward, backward = src2tgt_links(weights), tgt2src_links(weights)
+        assert symmetrize(forward, backward, "intersect") == forward & backward
+        assert symmetrize(forward, backward, "union") == forward | backward
+        assert symmetrize(forward, backward, "grow-diag") == grow_diag_links(weights)
+        assert symmetrize(forward, backward, "grow-diag-final") == grow_diag_links(weights, final=True)
+
+
+def test_grow_diag_final_and_adds_only_links_of_two_unaligned_words():
+    forward = {(0, 0), (1, 1), (3, 0)}          # (3, 0): target 0 is aligned already
+    backward = {(0, 0), (2, 3)}                 # (2, 3): both words unaligned, far from any link
+    assert symmetrize(forward, backward, "grow-diag") == {(0, 0), (1, 1)}
+    assert symmetrize(forward, backward, "grow-diag-final-and") == {(0, 0), (1, 1), (2, 3)}
+    assert symmetrize(forward, backward, "grow-diag-final") == {(0, 0), (1, 1), (2, 3), (3, 0)}
+
+
+def test_every_symmetrization_lies_between_intersection_and_union():
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        cells = list(itertools.product(range(5), range(5)))
+        forward = {cells[k] for k in rng.choice(len(cells), 6, replace=False)}
+        backward = {cells[k] for k in rng.choice(len(cells), 6, replace=False)}
+        for method in SYMMETRIZATIONS:
+            links = symmetrize(forward, backward, method)
+            assert forward & backward <= links <= forward | backward
+        # grow-diag looks at the union and the intersection only: the order of the two does not matter
+        assert symmetrize(forward, backward, "grow-diag") == symmetrize(backward, forward, "grow-diag")
+
+
+def test_symmetrize_names_an_unknown_method():
+    with pytest.raises(ValueError, match="unknown symmetrisation 'grow'; choose one of intersect"):
+        symmetrize(set(), set(), "grow")
+
+
+def test_directional_links_read_one_direction_or_symmetrise():
+    forward, backward = {(0, 0), (1, 1)}, {(0, 0), (0, 1)}
+    assert directional_links(forward, backward, "tgt2src") == forward
+    assert directional_links(forward, backward, "src2tgt") == backward
+    assert directional_links(forward, backward, "intersect") == {(0, 0)}
+    with pytest.raises(ConfigError, match="'itermax' needs attention weights"):
+        directional_links(forward, backward, "itermax")
+
+
+# ---- eflomal ---------------------------------------------------------------------------------------
+
+def test_eflomal_recovers_a_known_alignment_with_reordering_and_an_unaligned_word():
+    pytest.importorskip("eflomal")
+    src, tgt, gold = synthetic_pairs(400)
+    for method, at_most in (("intersect", 0.05), ("grow-diag-final-and", 0.05), ("tgt2src", 0.1)):
+        links = eflomal_alignments(src, tgt, method)
+        result = alignment_error_rate(links, gold, gold)
+        assert result["aer"] <= at_most, (method, result)
+    # every link lies inside its pair, source first
+    for pair_links, s, t in zip(links, src, tgt):
+        assert all(0 <= i < len(s) and 0 <= j < len(t) for i, j in pair_links)
+
+
+def test_eflomal_returns_the_wanted_pairs_only_and_none_for_an_empty_side():
+    pytest.importorskip("eflomal")
+    src, tgt, gold = synthetic_pairs(300, seed=1)
+    wanted_src = [src[0], [], src[1]]
+    wanted_tgt = [tgt[0], tgt[2], []]
+    links = eflomal_alignments(wanted_src, wanted_tgt, "intersect", also=(src[2:], tgt[2:]))
+    assert len(links) == 3
+    assert links[1] == set() and links[2] == set()
+    assert alignment_error_rate(links[:1], gold[:1], gold[:1])["aer"] <= 0.2
+    assert eflomal_alignments([], [], "intersect") == []
+
+
+def test_eflomal_errors_name_the_problem(monkeypatch):
+    with pytest.raises(DataError, match="2 source sentences but 1 target"):
+        eflomal_alignments([["a"], ["b"]], [["x"]])
+    with pytest.raises(ConfigError, match="'match' needs attention weights"):
+        eflomal_alignments([["a"]], [["x"]], "match")
+    real_import = builtins.__import__
+
+    def no_eflomal(name, *args, **kwargs):
+        if name == "eflomal":
+            raise ImportError("No module named 'eflomal'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_eflomal)
+    with pytest.raises(ConfigError, match=r"pip install 'attnmt\[align\]'"):
+        eflomal_alignments([["a"]], [["x"]])
+
+
+def write_lines(path, sentences):
+    path.write_text("".join(" ".join(words) + "\n" for words in sentences), encoding="utf-8")
+    return path
+
+
+def test_align_eflomal_command_aligns_scores_and_writes_links(tmp_path, capsys):
+    pytest.importorskip("eflomal")
+    src, tgt, gold = synthetic_pairs(400, seed=2)
+    test_src = write_lines(tmp_path / "test.en", src[:20])
+    test_tgt = write_lines(tmp_path / "test.fr", tgt[:20])
+    also_src = write_lines(tmp_path / "more.en", src[20:])
+    also_tgt = write_lines(tmp_path / "more.fr", tgt[20:])
+    gold_path = tmp_path / "gold.txt"
+    gold_path.write_text("".join(" ".join(f"{i}-{j}" for i, j in sorted(links)) + "\n" for links in gold[:20]),
+                         encoding="utf-8")
+    out = tmp_path / "links.txt"
+    code = main(["align", "--eflomal", "--src", str(test_src), "--tgt", str(test_tgt), "--also-src", str(also_src),
+                 "--also-tgt", str(also_tgt), "--method", "grow-diag-final-and", "--out", str(out),
+                 "--gold", str(gold_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "eflomal: aligning 20 pairs together with 380 pairs of" in captured.err
+    assert "aligned 20 pairs with grow-diag-final-and" in captured.out
+    aer = float(captured.out.split("AER ")[1].split()[0])
+    assert aer <= 0.1
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 20
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--eflomal", "--model", "runs/x"], "--eflomal aligns on its own; it does not combine with --model"),
+    (["--eflomal", "--method", "itermax"], "--method itermax needs attention weights; with --eflomal choose one of"),
+    (["--vectors", "vec", "--also-src", "a", "--also-tgt", "b"], "--also-src/--also-tgt: only with --eflomal"),
+    (["--eflomal", "--also-src", "a"], "give both --also-src and --also-tgt, or neither"),
+    (["--eflomal", "--layer", "1"], "--layer: only with --model or --hf"),
+])
+def test_align_eflomal_options_that_do_not_fit_are_one_line_errors(tmp_path, capsys, extra, message):
+    src = write_lines(tmp_path / "a.en", [["the", "cat"]])
+    tgt = write_lines(tmp_path / "a.fr", [["le", "chat"]])
+    out = tmp_path / "links.txt"
+    assert main(["align", *extra, "--src", str(src), "--tgt", str(tgt), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_every_eflomal_method_is_a_link_method():
+    from attnmt.names import LINK_METHODS
+
+    assert set(EFLOMAL_METHODS) <= set(LINK_METHODS)
+    assert set(SYMMETRIZATIONS) <= set(EFLOMAL_METHODS)
