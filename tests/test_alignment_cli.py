@@ -141,3 +141,27 @@ def test_align_rejects_files_of_different_lengths(tmp_path, tiny_vectors, capsys
     assert main(["align", "--vectors", str(folder), "--src", str(tmp_path / "a.en"), "--tgt",
                  str(tmp_path / "a.fr"), "--out", str(tmp_path / "links.txt")]) == 2
     assert "different line counts" in capsys.readouterr().err
+
+
+def test_align_threshold_links_every_pair_whose_weight_reaches_it(tmp_path, tiny_vectors, capsys):
+    from attnmt.alignment import VectorAligner, VectorScoring, load_vector_dir, threshold_links
+
+    src, tgt = tiny_vectors
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    (folder / "en.vec").write_bytes(src.read_bytes())
+    (folder / "fr.vec").write_bytes(tgt.read_bytes())
+    (tmp_path / "a.en").write_text("the cat sees the dog\n", encoding="utf-8")
+    (tmp_path / "a.fr").write_text("le chat voit le chien\n", encoding="utf-8")
+    out = tmp_path / "links.txt"
+    code = main(["align", "--vectors", str(folder), "--src", str(tmp_path / "a.en"), "--tgt", str(tmp_path / "a.fr"),
+                 "--threshold", "0.3", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "with threshold 0.3:" in captured.out
+    src_vectors, tgt_vectors, _ = load_vector_dir(folder)
+    aligner = VectorAligner(src_vectors, tgt_vectors, VectorScoring(), lowercase=True)
+    weights = aligner("the cat sees the dog".split(), "le chat voit le chien".split())
+    expected = threshold_links(weights, 0.3)
+    assert 0 < len(expected) < weights.size
+    assert out.read_text(encoding="utf-8") == " ".join(f"{i}-{j}" for i, j in sorted(expected)) + "\n"

@@ -166,6 +166,9 @@ def test_align_eflomal_command_aligns_scores_and_writes_links(tmp_path, capsys):
     (["--vectors", "vec", "--also-src", "a", "--also-tgt", "b"], "--also-src/--also-tgt: only with --eflomal"),
     (["--eflomal", "--also-src", "a"], "give both --also-src and --also-tgt, or neither"),
     (["--eflomal", "--layer", "1"], "--layer: only with --model or --hf"),
+    (["--vectors", "v", "--method", "union", "--threshold", "0.2"], "give --method or --threshold, not both"),
+    (["--eflomal", "--threshold", "0.2"], "--threshold needs attention weights; --eflomal gives links"),
+    (["--vectors", "v", "--threshold", "1.5"], "--threshold must be in (0, 1], got 1.5"),
 ])
 def test_align_eflomal_options_that_do_not_fit_are_one_line_errors(tmp_path, capsys, extra, message):
     src = write_lines(tmp_path / "a.en", [["the", "cat"]])

@@ -16,6 +16,7 @@ from attnmt.alignment import (
     extract_links,
     format_pharaoh,
     grow_diag_links,
+    threshold_links,
     intersect_links,
     itermax_links,
     match_links,
@@ -181,3 +182,11 @@ def test_format_pharaoh_sorts_links_and_marks_possible_ones():
     assert format_pharaoh({(2, 1), (0, 0), (1, 3)}) == "0-0 1-3 2-1"
     assert format_pharaoh({(0, 0)}, possible={(1, 1), (0, 0)}) == "0-0 1p1"
     assert format_pharaoh(set()) == ""
+
+
+def test_threshold_links_keep_every_pair_at_or_above_it():
+    weights = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]])
+    assert threshold_links(weights, 0.3) == {(0, 0), (1, 0), (2, 1)}
+    assert threshold_links(weights, 1.0) == set()
+    with pytest.raises(ValueError, match=r"threshold must be in \(0, 1\], got 0"):
+        threshold_links(weights, 0)

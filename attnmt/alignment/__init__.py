@@ -45,6 +45,7 @@ _SUBMODULE_OF = {
     "symmetrize": "links",
     "tgt2src_links": "links",
     "union_links": "links",
+    "threshold_links": "links",
     "GoldAlignment": "attnmt.data.links",
     "alignment_error_rate": "metrics",
     "check_link_range": "attnmt.data.links",

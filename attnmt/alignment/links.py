@@ -21,6 +21,8 @@ Methods (:data:`LINK_METHODS`):
   ``max_iterations − 1`` more rounds of mutual argmax on a modified matrix where pairs with both
   words aligned are excluded and pairs with one aligned word are discounted by ``discount``
   (0.9), so that unaligned words get a second chance.
+* :func:`threshold_links` (not a method name, it takes a number): every pair whose weight
+  reaches a threshold.
 * ``match``: the one-to-one matching with the largest total weight (the assignment problem,
   ``scipy.optimize.linear_sum_assignment``): min(S, T) links, every word at most once.
 """
@@ -47,6 +49,7 @@ __all__ = [
     "src2tgt_links",
     "symmetrize",
     "tgt2src_links",
+    "threshold_links",
     "union_links",
 ]
 
@@ -175,6 +178,18 @@ def itermax_links(weights, max_iterations: int = 2, discount: float = 0.9) -> Li
     return links
 
 
+def threshold_links(weights, threshold: float) -> Links:
+    """Every pair whose weight reaches ``threshold``: ``{(i, j) : weights[j, i] >= threshold}``.
+
+    On the geometric mean of two directions' attention (``attnmt.alignment.combine``) this is
+    alignment by agreement: sqrt(p(i | j) · p(j | i)) >= threshold. ValueError unless 0 < threshold <= 1.
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold_links: threshold must be in (0, 1], got {threshold}")
+    matrix = _as_weights(weights)
+    return {(int(i), int(j)) for j, i in zip(*np.nonzero(matrix >= threshold))}
+
+
 def match_links(weights) -> Links:
     """The one-to-one matching of largest total weight (``linear_sum_assignment``); zero-weight pairs dropped."""
     matrix = _as_weights(weights)
@@ -213,9 +228,12 @@ def align_corpus(
     tgt_sentences: Sequence[Sequence[str]],
     method: str = "intersect",
     *,
+    threshold: float | None = None,
     progress: bool = False,
 ) -> list[Links]:
     """Align every sentence pair: one set of links ``(i_src, j_tgt)`` per pair.
+
+    method: one of :data:`LINK_METHODS`; with ``threshold`` given, :func:`threshold_links` instead.
 
     weight_fn(src_tokens, tgt_tokens) must return the attention of the target words over the
     source words, ``weights: [len(tgt_tokens), len(src_tokens)]`` (rows = target words, as a
@@ -225,6 +243,8 @@ def align_corpus(
     """
     if method not in _EXTRACTORS:
         raise ValueError(f"unknown link method {method!r}; choose one of {', '.join(LINK_METHODS)}")
+    if threshold is not None and not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     if len(src_sentences) != len(tgt_sentences):
         raise ValueError(
             f"align_corpus: {len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences"
@@ -232,7 +252,8 @@ def align_corpus(
     alignments: list[Links] = []
     pairs = zip(src_sentences, tgt_sentences)
     for number, (src_tokens, tgt_tokens) in enumerate(
-        tqdm(pairs, total=len(src_sentences), desc=f"aligning ({method})", unit=" pairs",
+        tqdm(pairs, total=len(src_sentences), desc=f"aligning ({method if threshold is None else 'threshold'})",
+             unit=" pairs",
              disable=not progress, mininterval=0.5),
         start=1,
     ):
@@ -246,7 +267,7 @@ def align_corpus(
                 f"align_corpus: pair {number}: weight_fn returned shape {weights.shape}, expected "
                 f"[len(tgt), len(src)] = {list(expected)}"
             )
-        alignments.append(extract_links(weights, method))
+        alignments.append(extract_links(weights, method) if threshold is None else threshold_links(weights, threshold))
     return alignments
 
 

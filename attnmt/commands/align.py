@@ -62,8 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--tgt", required=True, help="target sentences, line i translating line i of --src")
-    parser.add_argument("--method", choices=LINK_METHODS, default="intersect",
+    parser.add_argument("--method", choices=LINK_METHODS, default=None,
                         help="how to turn weights into links (default intersect)")
+    parser.add_argument("--threshold", type=float, default=None, metavar="T",
+                        help="instead of --method: link every pair whose weight reaches T, in (0, 1]; with two "
+                        "translators of opposite directions that is sqrt(p(src | tgt) p(tgt | src)) >= T")
     add_scoring_arguments(parser)
     translator = parser.add_argument_group("translator attention (with --model; --layer, --head and --shift also with --hf)")
     translator.add_argument("--checkpoint", default=None, help="best (default) or last, or a file in the run")
@@ -107,6 +110,14 @@ def _check_options(args: argparse.Namespace) -> None:
     would be silently ignored)."""
     from attnmt.errors import ConfigError
 
+    if args.threshold is not None:
+        if args.method is not None:
+            raise ConfigError("give --method or --threshold, not both")
+        if args.eflomal:
+            raise ConfigError("--threshold needs attention weights; --eflomal gives links (choose them with --method)")
+        if not 0 < args.threshold <= 1:
+            raise ConfigError(f"--threshold must be in (0, 1], got {args.threshold}")
+    args.method = args.method or "intersect"
     if args.eflomal:
         from attnmt.alignment.eflomal import EFLOMAL_METHODS
 
@@ -288,9 +299,11 @@ def run(args: argparse.Namespace) -> int:
         alignments = _eflomal_links(args, src_sentences, tgt_sentences)
     else:
         weight_fn = _weight_function(args, src_sentences, tgt_sentences)
-        alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, progress=True)
+        alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, threshold=args.threshold,
+                                  progress=True)
     write_pharaoh(out, alignments, overwrite=True)
-    print(f"aligned {len(alignments)} pairs with {args.method}: {sum(map(len, alignments))} links; wrote {out}")
+    how = args.method if args.threshold is None else f"threshold {args.threshold:g}"
+    print(f"aligned {len(alignments)} pairs with {how}: {sum(map(len, alignments))} links; wrote {out}")
     if gold is not None:
         scores = alignment_error_rate(alignments, gold.sure, gold.possible)
         print(f"against {args.gold} ({sum(map(len, gold.sure))} sure, {sum(map(len, gold.possible))} possible links):")
