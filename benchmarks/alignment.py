@@ -30,11 +30,24 @@ labelled row set, never mixed into the single translator's numbers: the weighted
 other way round (fr → en, its weights transposed; equal shares), with vector attention (the
 vector share and the vector scoring τ, κ chosen per method on trial), or with both.
 
+With ``--teacher`` the question is eflomal's own AER (``attnmt align --eflomal``), the teacher of
+the guided translators: the 220k training pairs, the 37 trial and the 447 test pairs aligned
+together in both directions, as statistical aligners are used; every symmetrisation is scored, the
+one with the lowest trial AER is the teacher's figure (section ``"teacher"``).
+
+With ``--students EN_FR_RUN FR_EN_RUN`` (two translators guided by the teacher's links) the
+question is the issue's target, test AER <= 0.050 from the translators' own attention: each
+direction alone (its guided reading), both directions' argmax links symmetrised, and their soft
+combination (geometric mean) read with every link method or a threshold; everything is chosen on
+the 37 trial pairs (section ``"students"``).
+
 Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`` section, or the
 ``"translator"`` section with ``--run``, or the one ``--section`` names; the other sections already
 in the file are kept). A run trained with guided alignment (``data.train_links``) records its guide
 settings there (``alignment_guide``).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
+or   ``.venv/bin/python benchmarks/alignment.py --teacher``
+or   ``.venv/bin/python benchmarks/alignment.py --students runs/hansards-align-en-fr runs/hansards-align-fr-en``
 or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
      [--reverse-run runs/hansards-rnn-fr-en] [--vectors DIR] [--section translator_guided]``
 """
@@ -55,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnmt.alignment import (  # noqa: E402
     LINK_METHODS,
+    SYMMETRIZATIONS,
     VectorScoring,
     alignment_error_rate,
     extract_links,
@@ -416,7 +430,7 @@ def translator_main(args) -> int:
     translator = aligner.translator
     progress = translator.progress
     training_config = translator.run_config.to_dict().get("training") or {}
-    write_section(out, args.section, {
+    write_section(out, args.section or "translator", {
         "question": "AER of a trained translator's attention, read while force-decoding the gold pairs",
         "run": str(args.run),
         "checkpoint": args.checkpoint,
@@ -507,6 +521,214 @@ def combination_section(args, aligner, trial, test, trial_forced, test_forced, d
     return combined
 
 
+# ---- the teacher (eflomal) and its students (two guided translators) -----------------------------
+
+#: the issue's target for the translators' own attention
+STUDENT_TARGET_AER = 0.050
+#: thresholds tried on the soft combination of both directions (link where the geometric mean of
+#: p(source word | target word) and p(target word | source word) reaches τ)
+AGREEMENT_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+
+
+def scored_row(trial_links, test_links, trial, test, **settings) -> dict:
+    """Settings, trial AER and the test AER, precision, recall and F1 of one configuration."""
+    trial_result = alignment_error_rate(trial_links, trial[2].sure, trial[2].possible)
+    test_result = alignment_error_rate(test_links, test[2].sure, test[2].possible)
+    return {**settings, "trial_aer": round(trial_result["aer"], 4),
+            **{key: round(value, 4) for key, value in test_result.items()}}
+
+
+def chosen_on_trial(rows: dict[str, dict]) -> str:
+    """The row with the lowest trial AER (ties: the first)."""
+    return min(rows, key=lambda name: rows[name]["trial_aer"])
+
+
+def print_rows(title: str, rows: dict[str, dict]) -> None:
+    print()
+    print(title)
+    header = f"{'configuration':<40} {'trial':>6} | {'AER':>6} {'prec':>6} {'recall':>6}"
+    print(header)
+    print("-" * len(header))
+    for name, row in rows.items():
+        print(f"{name:<40} {row['trial_aer']:>6.3f} | {row['aer']:>6.3f} {row['precision']:>6.3f} {row['recall']:>6.3f}")
+
+
+def teacher_main(args) -> int:
+    """eflomal over training + trial + test pairs, every symmetrisation scored, one chosen on trial."""
+    from attnmt.alignment.eflomal import EFLOMAL_METHODS, directional_links, eflomal_directions
+
+    started = time.perf_counter()
+    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
+    trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
+    training = ([line.split() for line in corpus.src], [line.split() for line in corpus.tgt])
+    forward, backward = eflomal_directions(trial[0] + test[0], trial[1] + test[1], also=training, quiet=False)
+    seconds = time.perf_counter() - started
+    cut = len(trial[0])
+    rows = {}
+    for method in EFLOMAL_METHODS:
+        links = [directional_links(f, b, method) for f, b in zip(forward, backward)]
+        rows[method] = scored_row(links[:cut], links[cut:], trial, test)
+    best = chosen_on_trial(rows)
+    print_rows(f"eflomal on the Hansards test set ({len(test[0])} pairs), aligned with the {len(training[0])} "
+               "training and the trial pairs", rows)
+    print(f"chosen on trial: {best}, test AER {rows[best]['aer']:.4f}")
+    write_section(Path(args.out), "teacher", {
+        "question": "AER of eflomal, the guided translators' teacher (`attnmt align --eflomal`)",
+        "aligner": "eflomal (Östling & Tiedemann, 2016), default settings, both directions",
+        "aligned_together": {"training_pairs": len(training[0]), "trial_pairs": cut, "test_pairs": len(test[0])},
+        "words": "split on spaces and lower-cased",
+        "methods": rows,
+        "chosen_on_trial": best,
+        "test_aer": rows[best]["aer"],
+        "configurations_scored_on_test": len(rows),
+        "note": "eflomal samples without a seed: a second run differs slightly",
+        "seconds": round(seconds, 1),
+        "machine": f"{platform.machine()} {platform.python_version()} eflomal {_version('eflomal')}",
+    })
+    return 0
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def error_analysis(links, split, frequent_src: set[str], frequent_tgt: set[str]) -> dict:
+    """Where one configuration's test errors lie.
+
+    Wrong links (predicted, not even possible in the gold) split by whether a word of the link has
+    no gold link at all (it should have stayed unaligned) or has gold links elsewhere (a wrong
+    partner); missed sure links split by whether a word of the link has several sure links in the
+    gold (many-to-one, a phrase) or one (one-to-one). Each also counts the links that touch a
+    frequent word (the 100 most frequent words of its side of the training text, mostly function
+    words).
+    """
+    src_sentences, tgt_sentences, gold = split
+    counts = {"wrong_links": 0, "wrong_word_unaligned_in_gold": 0, "wrong_partner": 0, "wrong_frequent_word": 0,
+              "missed_sure_links": 0, "missed_many_to_one": 0, "missed_one_to_one": 0, "missed_frequent_word": 0,
+              "predicted_links": 0, "sure_links": 0}
+    for predicted, sure, possible, src, tgt in zip(links, gold.sure, gold.possible, src_sentences, tgt_sentences):
+        linked_src = {i for i, _ in possible}
+        linked_tgt = {j for _, j in possible}
+        sure_per_src: dict[int, int] = {}
+        sure_per_tgt: dict[int, int] = {}
+        for i, j in sure:
+            sure_per_src[i] = sure_per_src.get(i, 0) + 1
+            sure_per_tgt[j] = sure_per_tgt.get(j, 0) + 1
+        counts["predicted_links"] += len(predicted)
+        counts["sure_links"] += len(sure)
+        for i, j in predicted - possible:
+            counts["wrong_links"] += 1
+            unaligned = i not in linked_src or j not in linked_tgt
+            counts["wrong_word_unaligned_in_gold" if unaligned else "wrong_partner"] += 1
+            counts["wrong_frequent_word"] += src[i].lower() in frequent_src or tgt[j].lower() in frequent_tgt
+        for i, j in sure - predicted:
+            counts["missed_sure_links"] += 1
+            many = sure_per_src[i] > 1 or sure_per_tgt[j] > 1
+            counts["missed_many_to_one" if many else "missed_one_to_one"] += 1
+            counts["missed_frequent_word"] += src[i].lower() in frequent_src or tgt[j].lower() in frequent_tgt
+    return counts
+
+
+def frequent_words(lines, count: int = 100) -> set[str]:
+    """The ``count`` most frequent lower-cased words of some text."""
+    from collections import Counter
+
+    return {word for word, _ in Counter(word.lower() for line in lines for word in line.split()).most_common(count)}
+
+
+def students_main(args) -> int:
+    """Both guided directions alone, symmetrised by links, and combined softly; chosen on trial."""
+    import torch
+
+    from attnmt.alignment import combine_weights, src2tgt_links, symmetrize, tgt2src_links, threshold_links
+    from attnmt.alignment.translator import TranslatorAligner
+
+    started = time.perf_counter()
+    trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
+    forward_run, backward_run = args.students
+    weights, descriptions, training = {}, {}, {}
+    for name, run in (("en→fr", forward_run), ("fr→en", backward_run)):
+        aligner = TranslatorAligner(run, args.checkpoint, src_lang="en", max_tokens=args.max_tokens,
+                                    num_threads=args.threads)
+        expected_reversed = name == "fr→en"
+        if aligner.reversed != expected_reversed:
+            raise SystemExit(f"{run} translates {'→'.join(aligner.run_languages)}; expected {name}")
+        print(f"{run}: {aligner.describe()}")
+        descriptions[name] = {"run": str(run), "reading": aligner.describe()}
+        training[name] = {key: aligner.translator.progress.get(key)
+                          for key in ("step", "epoch", "elapsed_seconds", "best_step", "stop_reason")}
+        weights[name] = {split_name: aligner.weights_many(split[0], split[1], progress=True)
+                         for split_name, split in (("trial", trial), ("test", test))}
+
+    def links_of(make):
+        return {split_name: [make(f, b) for f, b in zip(weights["en→fr"][split_name], weights["fr→en"][split_name])]
+                for split_name in ("trial", "test")}
+
+    rows: dict[str, dict] = {}
+    test_links: dict[str, list] = {}  # of every row, for the error analysis of the one chosen
+
+    def add(name: str, made: dict[str, list], **settings) -> None:
+        rows[name] = scored_row(made["trial"], made["test"], trial, test, **settings)
+        test_links[name] = made["test"]
+
+    for name in ("en→fr", "fr→en"):
+        for method in LINK_METHODS:
+            add(f"{name} alone, {method}", {split_name: [extract_links(w, method) for w in weights[name][split_name]]
+                                            for split_name in ("trial", "test")},
+                kind="one direction", direction=name, method=method)
+    # each direction's own reading: every target word of the translator to its most-attended source word
+    for method in SYMMETRIZATIONS:
+        add(f"both, argmax links, {method}",
+            links_of(lambda f, b, method=method: symmetrize(tgt2src_links(f), src2tgt_links(b), method)),
+            kind="symmetrised links", method=method)
+    for method in LINK_METHODS:
+        add(f"both, geometric mean, {method}",
+            links_of(lambda f, b, method=method: extract_links(combine_weights([f, b], [0.5, 0.5]), method)),
+            kind="soft combination", method=method)
+    for threshold in AGREEMENT_THRESHOLDS:
+        add(f"both, agreement >= {threshold:g}",
+            links_of(lambda f, b, threshold=threshold: threshold_links(combine_weights([f, b], [0.5, 0.5]), threshold)),
+            kind="agreement threshold", threshold=threshold)
+    print_rows(f"the guided translators on the Hansards test set ({len(test[0])} pairs); choices on trial", rows)
+    groups = {"en→fr alone": ("one direction", "en→fr"), "fr→en alone": ("one direction", "fr→en"),
+              "symmetrised links": ("symmetrised links", None), "soft combination": ("soft combination", None),
+              "agreement threshold": ("agreement threshold", None)}
+    chosen = {label: chosen_on_trial({name: row for name, row in rows.items()
+                                      if row["kind"] == kind and row.get("direction") == direction})
+              for label, (kind, direction) in groups.items()}
+    best = chosen_on_trial(rows)
+    print(f"chosen on trial: {best}, test AER {rows[best]['aer']:.4f} (target <= {STUDENT_TARGET_AER}: "
+          f"{'met' if rows[best]['aer'] <= STUDENT_TARGET_AER else 'not met'})")
+    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
+    frequent_src, frequent_tgt = frequent_words(corpus.src), frequent_words(corpus.tgt)
+    errors = error_analysis(test_links[best], test, frequent_src, frequent_tgt)
+    print(f"errors of the chosen configuration on test: {json.dumps(errors)}")
+    teacher = json.loads(Path(args.out).read_text(encoding="utf-8")).get("teacher", {}) if Path(args.out).is_file() else {}
+    write_section(Path(args.out), args.section or "students", {
+        "question": "AER of two translators guided by eflomal's links, from their own attention (no teacher "
+                    "link at test time)",
+        "translators": descriptions,
+        "training": training,
+        "rows": rows,
+        "chosen_on_trial": {"overall": best, **chosen},
+        "test_aer": rows[best]["aer"],
+        "teacher_test_aer": teacher.get("test_aer"),
+        "target_aer": STUDENT_TARGET_AER,
+        "meets_target": rows[best]["aer"] <= STUDENT_TARGET_AER,
+        "configurations_scored_on_test": len(rows),
+        "errors_of_the_chosen_configuration": errors,
+        "seconds": round(time.perf_counter() - started, 1),
+        "machine": f"{platform.machine()} {platform.python_version()} numpy {np.__version__} torch "
+                   f"{torch.__version__} threads {torch.get_num_threads()}",
+    })
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--vectors", default=None,
@@ -522,14 +744,22 @@ def main() -> int:
                         help="with --run: a fr→en translator; its attention (transposed) is combined with --run's")
     parser.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per force-decoding call")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--section", default="translator",
-                        help="with --run: the JSON section to write (default translator; e.g. translator_guided "
-                        "for a run trained with data.train_links, so both stay in the file)")
+    parser.add_argument("--section", default=None,
+                        help="with --run or --students: the JSON section to write (default translator or students; "
+                        "e.g. translator_guided for a run trained with data.train_links, so both stay in the file)")
+    parser.add_argument("--teacher", action="store_true",
+                        help="eflomal's own AER (needs attnmt[align]): the teacher section")
+    parser.add_argument("--students", nargs=2, metavar=("EN_FR_RUN", "FR_EN_RUN"), default=None,
+                        help="two translators guided by the teacher's links: the students section")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if not GOLD.is_dir() or not HANSARDS.is_dir():
         print(f"needs {HANSARDS} and {GOLD} (the shared data folder beside the project)", file=sys.stderr)
         return 1
+    if args.teacher:
+        return teacher_main(args)
+    if args.students is not None:
+        return students_main(args)
     if args.run is not None:
         return translator_main(args)
     return vector_main(args)
