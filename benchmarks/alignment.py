@@ -39,7 +39,8 @@ With ``--students EN_FR_RUN FR_EN_RUN`` (two translators guided by the teacher's
 question is the issue's target, test AER <= 0.050 from the translators' own attention: each
 direction alone (its guided reading), both directions' argmax links symmetrised, and their soft
 combination (geometric mean) read with every link method or a threshold; everything is chosen on
-the 37 trial pairs (section ``"students"``).
+the 37 trial pairs (section ``"students"``, or ``--section``). More runs in pairs (e.g. RNNs and
+Transformers) combine per direction by their geometric mean.
 
 Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`` section, or the
 ``"translator"`` section with ``--run``, or the one ``--section`` names; the other sections already
@@ -47,7 +48,8 @@ in the file are kept). A run trained with guided alignment (``data.train_links``
 settings there (``alignment_guide``).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
 or   ``.venv/bin/python benchmarks/alignment.py --teacher``
-or   ``.venv/bin/python benchmarks/alignment.py --students runs/hansards-align-en-fr runs/hansards-align-fr-en``
+or   ``.venv/bin/python benchmarks/alignment.py --students runs/hansards-align-en-fr runs/hansards-align-fr-en
+     [--section students]``
 or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
      [--reverse-run runs/hansards-rnn-fr-en] [--vectors DIR] [--section translator_guided]``
 """
@@ -650,20 +652,26 @@ def students_main(args) -> int:
 
     started = time.perf_counter()
     trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
-    forward_run, backward_run = args.students
+    if len(args.students) % 2:
+        raise SystemExit("--students takes runs in pairs: EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]")
     weights, descriptions, training = {}, {}, {}
-    for name, run in (("en→fr", forward_run), ("fr→en", backward_run)):
-        aligner = TranslatorAligner(run, args.checkpoint, src_lang="en", max_tokens=args.max_tokens,
-                                    num_threads=args.threads)
-        expected_reversed = name == "fr→en"
-        if aligner.reversed != expected_reversed:
-            raise SystemExit(f"{run} translates {'→'.join(aligner.run_languages)}; expected {name}")
-        print(f"{run}: {aligner.describe()}")
-        descriptions[name] = {"run": str(run), "reading": aligner.describe()}
-        training[name] = {key: aligner.translator.progress.get(key)
-                          for key in ("step", "epoch", "elapsed_seconds", "best_step", "stop_reason")}
-        weights[name] = {split_name: aligner.weights_many(split[0], split[1], progress=True)
-                         for split_name, split in (("trial", trial), ("test", test))}
+    for name, runs in (("en→fr", args.students[0::2]), ("fr→en", args.students[1::2])):
+        per_run = []
+        for run in runs:
+            aligner = TranslatorAligner(run, args.checkpoint, src_lang="en", max_tokens=args.max_tokens,
+                                        num_threads=args.threads)
+            if aligner.reversed != (name == "fr→en"):
+                raise SystemExit(f"{run} translates {'→'.join(aligner.run_languages)}; expected {name}")
+            print(f"{run}: {aligner.describe()}")
+            descriptions[str(run)] = aligner.describe()
+            training[str(run)] = {key: aligner.translator.progress.get(key)
+                                  for key in ("step", "epoch", "elapsed_seconds", "best_step", "stop_reason")}
+            per_run.append({split_name: aligner.weights_many(split[0], split[1], progress=True)
+                            for split_name, split in (("trial", trial), ("test", test))})
+        # several translators of one direction: their geometric mean, equal shares
+        weights[name] = {split_name: [combine_weights(list(matrices), [1 / len(runs)] * len(runs))
+                                      for matrices in zip(*(part[split_name] for part in per_run))]
+                         for split_name in ("trial", "test")}
 
     def links_of(make):
         return {split_name: [make(f, b) for f, b in zip(weights["en→fr"][split_name], weights["fr→en"][split_name])]
@@ -749,8 +757,9 @@ def main() -> int:
                         "e.g. translator_guided for a run trained with data.train_links, so both stay in the file)")
     parser.add_argument("--teacher", action="store_true",
                         help="eflomal's own AER (needs attnmt[align]): the teacher section")
-    parser.add_argument("--students", nargs=2, metavar=("EN_FR_RUN", "FR_EN_RUN"), default=None,
-                        help="two translators guided by the teacher's links: the students section")
+    parser.add_argument("--students", nargs="+", metavar="RUN", default=None,
+                        help="EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]: translators guided by the teacher's "
+                        "links, both directions (several of one direction: their geometric mean); the students section")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if not GOLD.is_dir() or not HANSARDS.is_dir():
