@@ -529,7 +529,7 @@ def combination_section(args, aligner, trial, test, trial_forced, test_forced, d
 STUDENT_TARGET_AER = 0.050
 #: thresholds tried on the soft combination of both directions (link where the geometric mean of
 #: p(source word | target word) and p(target word | source word) reaches τ)
-AGREEMENT_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+AGREEMENT_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 def scored_row(trial_links, test_links, trial, test, **settings) -> dict:

@@ -120,6 +120,14 @@ def test_eflomal_errors_name_the_problem(monkeypatch):
         eflomal_alignments([["a"], ["b"]], [["x"]])
     with pytest.raises(ConfigError, match="'match' needs attention weights"):
         eflomal_alignments([["a"]], [["x"]], "match")
+    eflomal = pytest.importorskip("eflomal")
+
+    def crash(*args, **kwargs):
+        raise OSError("eflomal binary not found")
+
+    monkeypatch.setattr(eflomal.Aligner, "align", crash)
+    with pytest.raises(DataError, match="eflomal failed on 1 pairs: eflomal binary not found"):
+        eflomal_alignments([["a"]], [["x"]])
     real_import = builtins.__import__
 
     def no_eflomal(name, *args, **kwargs):

@@ -17,6 +17,7 @@ the case only splits a word's counts). Links are ``(i_src, j_tgt)``, 0-based.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -85,8 +86,11 @@ def eflomal_directions(
     tgt_lines = [_line(words) for words in [*tgt_sentences, *extra_tgt]]
     with tempfile.TemporaryDirectory(prefix="attnmt-eflomal-") as folder:
         forward_path, backward_path = os.path.join(folder, "forward"), os.path.join(folder, "backward")
-        eflomal.Aligner().align(src_lines, tgt_lines, links_filename_fwd=forward_path,
-                                links_filename_rev=backward_path, quiet=quiet)
+        try:
+            eflomal.Aligner().align(src_lines, tgt_lines, links_filename_fwd=forward_path,
+                                    links_filename_rev=backward_path, quiet=quiet)
+        except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as error:
+            raise DataError(f"eflomal failed on {len(src_lines)} pairs: {error}") from None
         forward = _read_links(forward_path, len(src_lines))[:wanted]
         backward = _read_links(backward_path, len(src_lines))[:wanted]
     empty = [not src or not tgt for src, tgt in zip(src_sentences, tgt_sentences)]

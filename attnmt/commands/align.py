@@ -13,7 +13,8 @@ a run trained the other way round is used with the pair swapped and its weights 
 Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/or --model with
 --vectors give the weighted geometric mean of their weights (attnmt.alignment.combine): vector
 attention gets --vector-weight, the translators share the rest equally.
-The weights become links by --method; with --gold the links are scored: alignment error rate,
+The weights become links by --method, or with --threshold T every pair whose weight reaches T
+(with two translators of opposite directions: alignment by agreement); with --gold the links are scored: alignment error rate,
 precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
 words are lower-cased for vectors and kept as they are for a translator.
 With --eflomal the links come from eflomal instead (pip install 'attnmt[align]'), a statistical
