@@ -9,7 +9,15 @@ import re
 import numpy as np
 import pytest
 
-from attnmt.alignment import WordVectors, load_vec, load_vector_dir, save_vec
+from attnmt.alignment import (
+    VectorAligner,
+    VectorScoring,
+    WordVectors,
+    load_vec,
+    load_vector_dir,
+    save_vec,
+    threshold_links,
+)
 from attnmt.cli import main
 
 LEXICON = {"cat": "chat", "dog": "chien", "house": "maison", "red": "rouge", "big": "grand",
@@ -130,12 +138,19 @@ def test_embed_then_align_files_with_gold(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
-def test_align_rejects_files_of_different_lengths(tmp_path, tiny_vectors, capsys):
+@pytest.fixture
+def vector_folder(tmp_path, tiny_vectors):
+    """A vector folder for `attnmt align --vectors` holding the tiny vectors."""
     src, tgt = tiny_vectors
     folder = tmp_path / "vectors"
     folder.mkdir()
     (folder / "en.vec").write_bytes(src.read_bytes())
     (folder / "fr.vec").write_bytes(tgt.read_bytes())
+    return folder
+
+
+def test_align_rejects_files_of_different_lengths(tmp_path, vector_folder, capsys):
+    folder = vector_folder
     (tmp_path / "a.en").write_text("the cat\nthe dog\n", encoding="utf-8")
     (tmp_path / "a.fr").write_text("le chat\n", encoding="utf-8")
     assert main(["align", "--vectors", str(folder), "--src", str(tmp_path / "a.en"), "--tgt",
@@ -143,14 +158,8 @@ def test_align_rejects_files_of_different_lengths(tmp_path, tiny_vectors, capsys
     assert "different line counts" in capsys.readouterr().err
 
 
-def test_align_threshold_links_every_pair_whose_weight_reaches_it(tmp_path, tiny_vectors, capsys):
-    from attnmt.alignment import VectorAligner, VectorScoring, load_vector_dir, threshold_links
-
-    src, tgt = tiny_vectors
-    folder = tmp_path / "vectors"
-    folder.mkdir()
-    (folder / "en.vec").write_bytes(src.read_bytes())
-    (folder / "fr.vec").write_bytes(tgt.read_bytes())
+def test_align_threshold_links_every_pair_whose_weight_reaches_it(tmp_path, vector_folder, capsys):
+    folder = vector_folder
     (tmp_path / "a.en").write_text("the cat sees the dog\n", encoding="utf-8")
     (tmp_path / "a.fr").write_text("le chat voit le chien\n", encoding="utf-8")
     out = tmp_path / "links.txt"
