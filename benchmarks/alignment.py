@@ -664,8 +664,10 @@ def students_main(args) -> int:
                 raise SystemExit(f"{run} translates {'→'.join(aligner.run_languages)}; expected {name}")
             print(f"{run}: {aligner.describe()}")
             descriptions[str(run)] = aligner.describe()
-            training[str(run)] = {key: aligner.translator.progress.get(key)
-                                  for key in ("step", "epoch", "elapsed_seconds", "best_step", "stop_reason")}
+            progress = aligner.translator.progress
+            training[str(run)] = {
+                **{key: progress.get(key) for key in ("step", "elapsed_seconds", "target_tokens", "stop_reason")},
+                **{key: progress.get("plateau", {}).get(key) for key in ("best_step", "best_loss")}}
             per_run.append({split_name: aligner.weights_many(split[0], split[1], progress=True)
                             for split_name, split in (("trial", trial), ("test", test))})
         # several translators of one direction: their geometric mean, equal shares
@@ -676,6 +678,11 @@ def students_main(args) -> int:
     def links_of(make):
         return {split_name: [make(f, b) for f, b in zip(weights["en→fr"][split_name], weights["fr→en"][split_name])]
                 for split_name in ("trial", "test")}
+
+    # both directions' soft combination, sqrt(p(i | j) p(j | i)) per pair, computed once
+    agreement = {split_name: [combine_weights([f, b], [0.5, 0.5]) for f, b in
+                              zip(weights["en→fr"][split_name], weights["fr→en"][split_name])]
+                 for split_name in ("trial", "test")}
 
     rows: dict[str, dict] = {}
     test_links: dict[str, list] = {}  # of every row, for the error analysis of the one chosen
@@ -696,11 +703,12 @@ def students_main(args) -> int:
             kind="symmetrised links", method=method)
     for method in LINK_METHODS:
         add(f"both, geometric mean, {method}",
-            links_of(lambda f, b, method=method: extract_links(combine_weights([f, b], [0.5, 0.5]), method)),
+            {split_name: [extract_links(c, method) for c in agreement[split_name]] for split_name in ("trial", "test")},
             kind="soft combination", method=method)
     for threshold in AGREEMENT_THRESHOLDS:
         add(f"both, agreement >= {threshold:g}",
-            links_of(lambda f, b, threshold=threshold: threshold_links(combine_weights([f, b], [0.5, 0.5]), threshold)),
+            {split_name: [threshold_links(c, threshold) for c in agreement[split_name]]
+             for split_name in ("trial", "test")},
             kind="agreement threshold", threshold=threshold)
     print_rows(f"the guided translators on the Hansards test set ({len(test[0])} pairs); choices on trial", rows)
     groups = {"en→fr alone": ("one direction", "en→fr"), "fr→en alone": ("one direction", "fr→en"),
