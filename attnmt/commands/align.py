@@ -14,8 +14,8 @@ Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/o
 --vectors give the weighted geometric mean of their weights (attnmt.alignment.combine): vector
 attention gets --vector-weight, the translators share the rest equally.
 The weights become links by --method, or with --threshold T every pair whose weight reaches T
-(with two translators of opposite directions: alignment by agreement); with --gold the links are scored: alignment error rate,
-precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
+(with two translators of opposite directions: alignment by agreement); with --gold the links are
+scored: alignment error rate, precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
 words are lower-cased for vectors and kept as they are for a translator.
 With --eflomal the links come from eflomal instead (pip install 'attnmt[align]'), a statistical
 aligner run in both directions over the whole files; --method then picks one direction (tgt2src,
@@ -28,6 +28,8 @@ Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --
   attnmt align --model runs/hansards-rnn --model runs/hansards-rnn-fr-en --vectors vectors/hansards
   --src test.en-fr.en --tgt test.en-fr.fr --method intersect --out links.txt --gold test.en-fr.naacl
   attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --out train.links
+  attnmt align --model runs/hansards-align-en-fr --model runs/hansards-align-fr-en --threshold 0.5
+  --src test.en-fr.en --tgt test.en-fr.fr --out links.txt --gold test.en-fr.naacl
 """
 
 from __future__ import annotations
