@@ -667,6 +667,7 @@ def students_main(args) -> int:
             progress = aligner.translator.progress
             training[str(run)] = {
                 **{key: progress.get(key) for key in ("step", "elapsed_seconds", "target_tokens", "stop_reason")},
+                "minutes": round(progress.get("elapsed_seconds", 0.0) / 60, 1),
                 **{key: progress.get("plateau", {}).get(key) for key in ("best_step", "best_loss")}}
             per_run.append({split_name: aligner.weights_many(split[0], split[1], progress=True)
                             for split_name, split in (("trial", trial), ("test", test))})
@@ -729,6 +730,8 @@ def students_main(args) -> int:
         "question": "AER of two translators guided by eflomal's links, from their own attention (no teacher "
                     "link at test time)",
         "translators": descriptions,
+        "gold": {f"{name}_{what}": count for name, split in (("trial", trial), ("test", test))
+                 for what, count in (("pairs", len(split[0])), ("sure_links", sum(map(len, split[2].sure))))},
         "training": training,
         "rows": rows,
         "chosen_on_trial": {"overall": best, **chosen},

@@ -56,7 +56,7 @@ def test_hansards_guided_recipe_is_the_plain_one_plus_the_guide():
 
 def test_eflomal_guided_recipes_are_the_guided_one_with_the_teacher_and_mirror_each_other():
     """configs/hansards_align_*.yaml: configs/hansards_rnn_guided.yaml with eflomal's links, guide
-    weight 1.0 and one thread for 60 minutes, in both directions, otherwise the same."""
+    weight 1.0 and one thread for 120 minutes, in both directions, otherwise the same."""
     guided = load_config(CONFIGS / "hansards_rnn_guided.yaml").to_dict()
     forward = load_config(CONFIGS / "hansards_align_en_fr.yaml").to_dict()
     reverse = load_config(CONFIGS / "hansards_align_fr_en.yaml").to_dict()
@@ -64,7 +64,7 @@ def test_eflomal_guided_recipes_are_the_guided_one_with_the_teacher_and_mirror_e
     assert Path(reverse["data"].pop("train_links")).name == "train.fr-en.links"
     guided["data"].pop("train_links")
     assert forward["data"] == guided["data"]
-    changed = {"guide_weight": 1.0, "max_minutes": 60, "num_threads": 1}
+    changed = {"guide_weight": 1.0, "max_minutes": 120, "num_threads": 1}
     assert {k: forward["training"][k] for k in changed} == changed
     assert {k: v for k, v in forward["training"].items() if k not in changed} == \
         {k: v for k, v in guided["training"].items() if k not in changed}

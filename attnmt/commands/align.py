@@ -28,7 +28,7 @@ Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --
   attnmt align --model runs/hansards-rnn --model runs/hansards-rnn-fr-en --vectors vectors/hansards
   --src test.en-fr.en --tgt test.en-fr.fr --method intersect --out links.txt --gold test.en-fr.naacl
   attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --out train.links
-  attnmt align --model runs/hansards-align-en-fr --model runs/hansards-align-fr-en --threshold 0.5
+  attnmt align --model runs/hansards-align-en-fr-120 --model runs/hansards-align-fr-en-120 --threshold 0.6
   --src test.en-fr.en --tgt test.en-fr.fr --out links.txt --gold test.en-fr.naacl
 """
 
