@@ -72,6 +72,7 @@ from attnmt.alignment import (  # noqa: E402
     LINK_METHODS,
     SYMMETRIZATIONS,
     VectorScoring,
+    aer_interval,
     alignment_error_rate,
     extract_links,
     load_vector_dir,
@@ -533,11 +534,14 @@ AGREEMENT_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8
 
 
 def scored_row(trial_links, test_links, trial, test, **settings) -> dict:
-    """Settings, trial AER and the test AER, precision, recall and F1 of one configuration."""
+    """Settings, trial AER and the test AER, precision, recall and F1 of one configuration, with the
+    95% bootstrap interval of the test AER (test sentences redrawn 2,000 times, seed 0)."""
     trial_result = alignment_error_rate(trial_links, trial[2].sure, trial[2].possible)
     test_result = alignment_error_rate(test_links, test[2].sure, test[2].possible)
+    interval = aer_interval(test_links, test[2].sure, test[2].possible)
     return {**settings, "trial_aer": round(trial_result["aer"], 4),
-            **{key: round(value, 4) for key, value in test_result.items()}}
+            **{key: round(value, 4) for key, value in test_result.items()},
+            "aer_95_interval": [round(bound, 4) for bound in interval]}
 
 
 def chosen_on_trial(rows: dict[str, dict]) -> str:
@@ -548,11 +552,13 @@ def chosen_on_trial(rows: dict[str, dict]) -> str:
 def print_rows(title: str, rows: dict[str, dict]) -> None:
     print()
     print(title)
-    header = f"{'configuration':<40} {'trial':>6} | {'AER':>6} {'prec':>6} {'recall':>6}"
+    header = f"{'configuration':<40} {'trial':>6} | {'AER':>6} {'95% interval':>13} {'prec':>6} {'recall':>6}"
     print(header)
     print("-" * len(header))
     for name, row in rows.items():
-        print(f"{name:<40} {row['trial_aer']:>6.3f} | {row['aer']:>6.3f} {row['precision']:>6.3f} {row['recall']:>6.3f}")
+        low, high = row["aer_95_interval"]
+        print(f"{name:<40} {row['trial_aer']:>6.3f} | {row['aer']:>6.3f} {low:>6.3f}-{high:<6.3f} "
+              f"{row['precision']:>6.3f} {row['recall']:>6.3f}")
 
 
 def teacher_main(args) -> int:
@@ -740,6 +746,8 @@ def students_main(args) -> int:
         "target_aer": STUDENT_TARGET_AER,
         "meets_target": rows[best]["aer"] <= STUDENT_TARGET_AER,
         "configurations_scored_on_test": len(rows),
+        "aer_95_interval": {"method": "percentile bootstrap over test sentences (attnmt.alignment.aer_interval)",
+                            "samples": 2000, "level": 0.95, "seed": 0},
         "errors_of_the_chosen_configuration": errors,
         "seconds": round(time.perf_counter() - started, 1),
         "machine": f"{platform.machine()} {platform.python_version()} numpy {np.__version__} torch "

@@ -1,11 +1,14 @@
-"""Alignment error rate on hand-computed cases, and the NAACL / Pharaoh gold readers."""
+"""Alignment error rate on hand-computed cases, its bootstrap interval, and the NAACL / Pharaoh gold readers."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from attnmt.alignment import (
+    aer_interval,
     alignment_error_rate,
+    bootstrap_aers,
     read_gold,
     read_naacl_alignments,
     read_pharaoh_alignments,
@@ -178,3 +181,63 @@ def test_reads_the_shared_hansards_gold():
     assert len(gold) == 447
     assert sum(map(len, gold.sure)) == 4038
     assert sum(map(len, gold.possible)) == 4038 + 13400
+
+
+def _random_corpus(seed: int, sentences: int):
+    """Random predicted, sure and possible links (possible ⊇ sure here, as in gold files) per sentence."""
+    rng = np.random.default_rng(seed)
+    predicted, sure, possible = [], [], []
+    for _ in range(sentences):
+        size = int(rng.integers(1, 6))  # length 1 included
+        cells = [(i, j) for i in range(size) for j in range(size)]
+        pick = lambda p: {cell for cell in cells if rng.random() < p}  # noqa: E731
+        s = pick(0.2)
+        predicted.append(pick(0.3))
+        sure.append(s)
+        possible.append(s | pick(0.2))
+    return predicted, sure, possible
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bootstrap_aers_equal_the_corpus_aer_of_each_redraw(seed):
+    predicted, sure, possible = _random_corpus(seed, 25)
+    values = bootstrap_aers(predicted, sure, possible, samples=40, seed=seed)
+    indices = np.random.default_rng(seed).integers(0, 25, size=(40, 25))
+    for value, draw in zip(values, indices):
+        expected = alignment_error_rate([predicted[k] for k in draw], [sure[k] for k in draw],
+                                        [possible[k] for k in draw])["aer"]
+        assert value == pytest.approx(expected, abs=1e-12)
+
+
+def test_aer_interval_holds_the_corpus_aer_and_narrows_with_more_sentences():
+    small = _random_corpus(3, 30)
+    large = tuple(a * 20 for a in _random_corpus(3, 30))  # the same sentences, twenty times over
+    point = alignment_error_rate(*small)["aer"]
+    low, high = aer_interval(*small)
+    assert low <= point <= high and low < high
+    large_low, large_high = aer_interval(*large)
+    assert large_low <= point <= large_high
+    assert large_high - large_low < (high - low) / 2
+
+
+def test_aer_interval_of_a_perfect_or_empty_case_is_a_point():
+    gold = [{(0, 0), (1, 1)}, {(0, 0)}]
+    assert aer_interval(gold, gold, gold) == (0.0, 0.0)
+    assert aer_interval([set(), set()], [set(), set()]) == (0.0, 0.0)  # nothing to find, nothing found
+    assert aer_interval([set(), set()], gold) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"level": 1.0}, "level"), ({"level": 0}, "level"), ({"samples": 0}, "samples"), ({"samples": 2.5}, "samples"),
+])
+def test_aer_interval_rejects_bad_settings(kwargs, message):
+    gold = [{(0, 0)}]
+    with pytest.raises(ValueError, match=message):
+        aer_interval(gold, gold, **kwargs)
+
+
+def test_bootstrap_rejects_empty_or_mismatched_corpora():
+    with pytest.raises(ValueError, match="no sentences"):
+        bootstrap_aers([], [])
+    with pytest.raises(ValueError, match="same number"):
+        bootstrap_aers([set()], [set(), set()])

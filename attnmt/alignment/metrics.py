@@ -13,6 +13,10 @@ zero: with no prediction (|A| = 0) precision is 1 (no wrong link was made); with
 (|S| = 0) recall is 1 (nothing was missed); AER is 0 when |A| + |S| = 0; F1 is 0 when precision
 and recall are both 0.
 
+How sure is a corpus AER? ``bootstrap_aers`` redraws the sentences of the test set with
+replacement (Koehn, 2004, for BLEU) and recomputes the corpus AER of each redraw from the summed
+counts; ``aer_interval`` gives the central ``level`` share of those values, a percentile interval.
+
 The file formats (NAACL, Pharaoh) and their readers live in ``attnmt.data.links``.
 """
 
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from attnmt.data.links import (
     GoldAlignment,
@@ -29,8 +35,7 @@ from attnmt.data.links import (
 )
 from attnmt.names import GOLD_FORMATS
 
-__all__ = ["GOLD_FORMATS", "alignment_error_rate", "read_gold"]
-
+__all__ = ["GOLD_FORMATS", "aer_interval", "alignment_error_rate", "bootstrap_aers", "read_gold"]
 
 
 def alignment_error_rate(
@@ -64,6 +69,64 @@ def alignment_error_rate(
     aer = 1.0 - (hits_sure + hits_possible) / total if total else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     return {"aer": aer, "precision": precision, "recall": recall, "f1": f1}
+
+
+def _sentence_counts(predicted, sure, possible) -> np.ndarray:
+    """``[N, 4]`` int64: |A|, |S|, |A ∩ S|, |A ∩ P| of every sentence (P := P ∪ S)."""
+    if possible is None:
+        possible = sure
+    if not len(predicted) == len(sure) == len(possible):
+        raise ValueError(
+            f"bootstrap: {len(predicted)} predicted, {len(sure)} sure and {len(possible)} possible sentences; "
+            "they must be the same number"
+        )
+    if not len(predicted):
+        raise ValueError("bootstrap: no sentences to redraw")
+    rows = []
+    for links, sure_links, possible_links in zip(predicted, sure, possible):
+        links, sure_links = set(links), set(sure_links)
+        rows.append((len(links), len(sure_links), len(links & sure_links), len(links & (set(possible_links) | sure_links))))
+    return np.asarray(rows, dtype=np.int64)
+
+
+def bootstrap_aers(
+    predicted: Sequence[Links],
+    sure: Sequence[Links],
+    possible: Sequence[Links] | None = None,
+    samples: int = 2000,
+    seed: int = 0,
+) -> np.ndarray:
+    """Corpus AER of ``samples`` redraws of the sentences with replacement: float64 ``[samples]``.
+
+    Redraw b takes sentence indices ``numpy.random.default_rng(seed).integers(0, N, (samples, N))[b]``
+    and computes 1 − (Σ|A ∩ S| + Σ|A ∩ P|) / (Σ|A| + Σ|S|) over them (0 when the sum is 0), exactly
+    what :func:`alignment_error_rate` gives on those sentences.
+    """
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"bootstrap: samples must be a positive integer, got {samples!r}")
+    counts = _sentence_counts(predicted, sure, possible)
+    indices = np.random.default_rng(seed).integers(0, len(counts), size=(samples, len(counts)))
+    sums = counts[indices].sum(axis=1)  # [samples, 4]
+    total = sums[:, 0] + sums[:, 1]
+    hits = sums[:, 2] + sums[:, 3]
+    return np.where(total > 0, 1.0 - hits / np.maximum(total, 1), 0.0)
+
+
+def aer_interval(
+    predicted: Sequence[Links],
+    sure: Sequence[Links],
+    possible: Sequence[Links] | None = None,
+    level: float = 0.95,
+    samples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval ``(low, high)`` of the corpus AER at ``level`` (e.g. 0.95)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"bootstrap: level must lie strictly between 0 and 1, got {level!r}")
+    values = bootstrap_aers(predicted, sure, possible, samples, seed)
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 def read_gold(
