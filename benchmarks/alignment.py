@@ -76,6 +76,7 @@ from attnmt.alignment import (  # noqa: E402
     alignment_error_rate,
     extract_links,
     load_vector_dir,
+    paired_bootstrap,
     read_naacl_alignments,
     save_vector_dir,
     tokenize,
@@ -83,6 +84,7 @@ from attnmt.alignment import (  # noqa: E402
     vector_attention,
 )
 from attnmt.data.corpus import read_lines, read_parallel  # noqa: E402
+from attnmt.data.links import format_pharaoh  # noqa: E402
 from attnmt.files import write_text_atomic  # noqa: E402
 from portable import portable  # noqa: E402
 
@@ -544,6 +546,11 @@ def scored_row(trial_links, test_links, trial, test, **settings) -> dict:
             "aer_95_interval": [round(bound, 4) for bound in interval]}
 
 
+def parse_pharaoh(line: str) -> set[tuple[int, int]]:
+    """The links of one line that ``format_pharaoh`` wrote (sure links only, ``i-j``)."""
+    return {(int(i), int(j)) for i, j in (item.split("-") for item in line.split())}
+
+
 def chosen_on_trial(rows: dict[str, dict]) -> str:
     """The row with the lowest trial AER (ties: the first)."""
     return min(rows, key=lambda name: rows[name]["trial_aer"])
@@ -572,10 +579,11 @@ def teacher_main(args) -> int:
     forward, backward = eflomal_directions(trial[0] + test[0], trial[1] + test[1], also=training, quiet=False)
     seconds = time.perf_counter() - started
     cut = len(trial[0])
-    rows = {}
+    rows, test_links = {}, {}
     for method in EFLOMAL_METHODS:
         links = [directional_links(f, b, method) for f, b in zip(forward, backward)]
         rows[method] = scored_row(links[:cut], links[cut:], trial, test)
+        test_links[method] = links[cut:]
     best = chosen_on_trial(rows)
     print_rows(f"eflomal on the Hansards test set ({len(test[0])} pairs), aligned with the {len(training[0])} "
                "training and the trial pairs", rows)
@@ -590,6 +598,7 @@ def teacher_main(args) -> int:
         "test_aer": rows[best]["aer"],
         "configurations_scored_on_test": len(rows),
         "note": "eflomal samples without a seed: a second run differs slightly",
+        "chosen_test_links": [format_pharaoh(links) for links in test_links[best]],
         "seconds": round(seconds, 1),
         "machine": f"{platform.machine()} {platform.python_version()} eflomal {_version('eflomal')}",
     })
@@ -732,6 +741,14 @@ def students_main(args) -> int:
     errors = error_analysis(test_links[best], test, frequent_src, frequent_tgt)
     print(f"errors of the chosen configuration on test: {json.dumps(errors)}")
     teacher = json.loads(Path(args.out).read_text(encoding="utf-8")).get("teacher", {}) if Path(args.out).is_file() else {}
+    paired = None
+    if "chosen_test_links" in teacher:  # both on the same redraws of the test sentences
+        teacher_links = [parse_pharaoh(line) for line in teacher["chosen_test_links"]]
+        paired = {key: round(value, 4) for key, value in
+                  paired_bootstrap(test_links[best], teacher_links, test[2].sure, test[2].possible).items()}
+        print(f"against the teacher, paired over 2,000 redraws of the test sentences: AER difference "
+              f"{paired['difference']:+.4f} (95% interval {paired['low']:+.4f} to {paired['high']:+.4f}), "
+              f"the students better in {paired['a_better']:.1%} of redraws")
     write_section(Path(args.out), args.section or "students", {
         "question": "AER of two translators guided by eflomal's links, from their own attention (no teacher "
                     "link at test time)",
@@ -743,6 +760,8 @@ def students_main(args) -> int:
         "chosen_on_trial": {"overall": best, **chosen},
         "test_aer": rows[best]["aer"],
         "teacher_test_aer": teacher.get("test_aer"),
+        "paired_with_teacher": paired,
+        "chosen_test_links": [format_pharaoh(links) for links in test_links[best]],
         "target_aer": STUDENT_TARGET_AER,
         "meets_target": rows[best]["aer"] <= STUDENT_TARGET_AER,
         "configurations_scored_on_test": len(rows),

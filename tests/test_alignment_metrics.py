@@ -9,6 +9,7 @@ from attnmt.alignment import (
     aer_interval,
     alignment_error_rate,
     bootstrap_aers,
+    paired_bootstrap,
     read_gold,
     read_naacl_alignments,
     read_pharaoh_alignments,
@@ -241,3 +242,29 @@ def test_bootstrap_rejects_empty_or_mismatched_corpora():
         bootstrap_aers([], [])
     with pytest.raises(ValueError, match="same number"):
         bootstrap_aers([set()], [set(), set()])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_paired_bootstrap_scores_both_aligners_on_the_same_redraws(seed):
+    predicted_a, sure, possible = _random_corpus(seed, 25)
+    predicted_b = _random_corpus(seed + 10, 25)[0]
+    result = paired_bootstrap(predicted_a, predicted_b, sure, possible, samples=40, seed=seed)
+    assert result["difference"] == pytest.approx(alignment_error_rate(predicted_a, sure, possible)["aer"]
+                                                 - alignment_error_rate(predicted_b, sure, possible)["aer"], abs=1e-12)
+    differences = []
+    for draw in np.random.default_rng(seed).integers(0, 25, size=(40, 25)):
+        pick = lambda links: [links[k] for k in draw]  # noqa: E731
+        differences.append(alignment_error_rate(pick(predicted_a), pick(sure), pick(possible))["aer"]
+                           - alignment_error_rate(pick(predicted_b), pick(sure), pick(possible))["aer"])
+    assert result["a_better"] == pytest.approx(np.mean(np.asarray(differences) < 0))
+    assert (result["low"], result["high"]) == pytest.approx(tuple(np.quantile(differences, [0.025, 0.975])))
+
+
+def test_paired_bootstrap_of_an_aligner_with_itself_and_with_the_gold():
+    predicted, sure, possible = _random_corpus(4, 30)
+    same = paired_bootstrap(predicted, predicted, sure, possible)
+    assert (same["difference"], same["low"], same["high"], same["a_better"]) == (0.0, 0.0, 0.0, 0.0)
+    gold = paired_bootstrap(sure, predicted, sure, possible)
+    assert gold["a_better"] == 1.0 and gold["high"] < 0
+    with pytest.raises(ValueError, match="paired_bootstrap: 2 predicted, 1 sure"):
+        paired_bootstrap([set(), set()], [set(), set()], [set()])

@@ -50,6 +50,8 @@ _SUBMODULE_OF = {
     "aer_interval": "metrics",
     "alignment_error_rate": "metrics",
     "bootstrap_aers": "metrics",
+    "paired_bootstrap": "metrics",
+    "sentence_counts": "metrics",
     "check_link_range": "attnmt.data.links",
     "read_gold": "metrics",
     "read_naacl_alignments": "attnmt.data.links",

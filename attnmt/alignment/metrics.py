@@ -16,6 +16,7 @@ and recall are both 0.
 How sure is a corpus AER? ``bootstrap_aers`` redraws the sentences of the test set with
 replacement (Koehn, 2004, for BLEU) and recomputes the corpus AER of each redraw from the summed
 counts; ``aer_interval`` gives the central ``level`` share of those values, a percentile interval.
+``paired_bootstrap`` scores two aligners on the same redraws, for whether one beats the other.
 
 The file formats (NAACL, Pharaoh) and their readers live in ``attnmt.data.links``.
 """
@@ -35,7 +36,36 @@ from attnmt.data.links import (
 )
 from attnmt.names import GOLD_FORMATS
 
-__all__ = ["GOLD_FORMATS", "aer_interval", "alignment_error_rate", "bootstrap_aers", "read_gold"]
+__all__ = [
+    "GOLD_FORMATS", "aer_interval", "alignment_error_rate", "bootstrap_aers", "paired_bootstrap", "read_gold",
+    "sentence_counts",
+]
+
+
+def sentence_counts(
+    predicted: Sequence[Links],
+    sure: Sequence[Links],
+    possible: Sequence[Links] | None = None,
+    caller: str = "alignment_error_rate",
+) -> np.ndarray:
+    """``[N, 4]`` int64, one row per sentence: |A|, |S|, |A ∩ S|, |A ∩ P| (with P := P ∪ S).
+
+    ``possible`` defaults to ``sure``. Raises ValueError (naming ``caller``) when the lists differ
+    in length. Summed over rows, they give every corpus figure of the module doc.
+    """
+    if possible is None:
+        possible = sure
+    if not len(predicted) == len(sure) == len(possible):
+        raise ValueError(
+            f"{caller}: {len(predicted)} predicted, {len(sure)} sure and {len(possible)} "
+            "possible sentences; they must be the same number"
+        )
+    rows = []
+    for links, sure_links, possible_links in zip(predicted, sure, possible):
+        links, sure_links = set(links), set(sure_links)
+        possible_links = set(possible_links) | sure_links
+        rows.append((len(links), len(sure_links), len(links & sure_links), len(links & possible_links)))
+    return np.asarray(rows, dtype=np.int64).reshape(len(rows), 4)
 
 
 def alignment_error_rate(
@@ -48,21 +78,8 @@ def alignment_error_rate(
     ``possible`` defaults to ``sure``; sure links missing from it are added. Returns
     ``{"aer", "precision", "recall", "f1"}``. Raises ValueError when the lists differ in length.
     """
-    if possible is None:
-        possible = sure
-    if not len(predicted) == len(sure) == len(possible):
-        raise ValueError(
-            f"alignment_error_rate: {len(predicted)} predicted, {len(sure)} sure and {len(possible)} "
-            "possible sentences; they must be the same number"
-        )
-    n_predicted = n_sure = hits_sure = hits_possible = 0
-    for links, sure_links, possible_links in zip(predicted, sure, possible):
-        links, sure_links = set(links), set(sure_links)
-        possible_links = set(possible_links) | sure_links
-        n_predicted += len(links)
-        n_sure += len(sure_links)
-        hits_sure += len(links & sure_links)
-        hits_possible += len(links & possible_links)
+    n_predicted, n_sure, hits_sure, hits_possible = (int(total) for total in
+                                                     sentence_counts(predicted, sure, possible).sum(axis=0))
     precision = hits_possible / n_predicted if n_predicted else 1.0
     recall = hits_sure / n_sure if n_sure else 1.0
     total = n_predicted + n_sure
@@ -71,22 +88,20 @@ def alignment_error_rate(
     return {"aer": aer, "precision": precision, "recall": recall, "f1": f1}
 
 
-def _sentence_counts(predicted, sure, possible) -> np.ndarray:
-    """``[N, 4]`` int64: |A|, |S|, |A ∩ S|, |A ∩ P| of every sentence (P := P ∪ S)."""
-    if possible is None:
-        possible = sure
-    if not len(predicted) == len(sure) == len(possible):
-        raise ValueError(
-            f"bootstrap: {len(predicted)} predicted, {len(sure)} sure and {len(possible)} possible sentences; "
-            "they must be the same number"
-        )
-    if not len(predicted):
+def _redraws(sentences: int, samples: int, seed: int) -> np.ndarray:
+    """``[samples, sentences]`` sentence indices drawn with replacement (the module doc's redraws)."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"bootstrap: samples must be a positive integer, got {samples!r}")
+    if not sentences:
         raise ValueError("bootstrap: no sentences to redraw")
-    rows = []
-    for links, sure_links, possible_links in zip(predicted, sure, possible):
-        links, sure_links = set(links), set(sure_links)
-        rows.append((len(links), len(sure_links), len(links & sure_links), len(links & (set(possible_links) | sure_links))))
-    return np.asarray(rows, dtype=np.int64)
+    return np.random.default_rng(seed).integers(0, sentences, size=(samples, sentences))
+
+
+def _aers(counts: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Corpus AER of every redraw: 1 − (Σ|A ∩ S| + Σ|A ∩ P|) / (Σ|A| + Σ|S|), 0 when the sum is 0."""
+    sums = counts[indices].sum(axis=1)  # [samples, 4]
+    total = sums[:, 0] + sums[:, 1]
+    return np.where(total > 0, 1.0 - (sums[:, 2] + sums[:, 3]) / np.maximum(total, 1), 0.0)
 
 
 def bootstrap_aers(
@@ -99,17 +114,18 @@ def bootstrap_aers(
     """Corpus AER of ``samples`` redraws of the sentences with replacement: float64 ``[samples]``.
 
     Redraw b takes sentence indices ``numpy.random.default_rng(seed).integers(0, N, (samples, N))[b]``
-    and computes 1 − (Σ|A ∩ S| + Σ|A ∩ P|) / (Σ|A| + Σ|S|) over them (0 when the sum is 0), exactly
-    what :func:`alignment_error_rate` gives on those sentences.
+    and gives exactly what :func:`alignment_error_rate` gives on those sentences.
     """
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"bootstrap: samples must be a positive integer, got {samples!r}")
-    counts = _sentence_counts(predicted, sure, possible)
-    indices = np.random.default_rng(seed).integers(0, len(counts), size=(samples, len(counts)))
-    sums = counts[indices].sum(axis=1)  # [samples, 4]
-    total = sums[:, 0] + sums[:, 1]
-    hits = sums[:, 2] + sums[:, 3]
-    return np.where(total > 0, 1.0 - hits / np.maximum(total, 1), 0.0)
+    counts = sentence_counts(predicted, sure, possible, caller="bootstrap")
+    return _aers(counts, _redraws(len(counts), samples, seed))
+
+
+def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"bootstrap: level must lie strictly between 0 and 1, got {level!r}")
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 def aer_interval(
@@ -121,12 +137,32 @@ def aer_interval(
     seed: int = 0,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval ``(low, high)`` of the corpus AER at ``level`` (e.g. 0.95)."""
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"bootstrap: level must lie strictly between 0 and 1, got {level!r}")
-    values = bootstrap_aers(predicted, sure, possible, samples, seed)
-    tail = (1.0 - level) / 2
-    low, high = np.quantile(values, [tail, 1.0 - tail])
-    return float(low), float(high)
+    return _percentiles(bootstrap_aers(predicted, sure, possible, samples, seed), level)
+
+
+def paired_bootstrap(
+    predicted_a: Sequence[Links],
+    predicted_b: Sequence[Links],
+    sure: Sequence[Links],
+    possible: Sequence[Links] | None = None,
+    level: float = 0.95,
+    samples: int = 2000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Does aligner A beat aligner B on this test set, beyond the luck of its sentences?
+
+    Both are scored on the *same* redraws (Koehn, 2004). Returns ``{"difference": AER(A) − AER(B)
+    on the whole set, "low", "high": the percentile interval of that difference at level,
+    "a_better": the share of redraws where A's AER is lower}``.
+    """
+    counts_a = sentence_counts(predicted_a, sure, possible, caller="paired_bootstrap")
+    counts_b = sentence_counts(predicted_b, sure, possible, caller="paired_bootstrap")
+    indices = _redraws(len(counts_a), samples, seed)
+    differences = _aers(counts_a, indices) - _aers(counts_b, indices)
+    whole = np.arange(len(counts_a))[None, :]
+    low, high = _percentiles(differences, level)
+    return {"difference": float((_aers(counts_a, whole) - _aers(counts_b, whole))[0]), "low": low, "high": high,
+            "a_better": float(np.mean(differences < 0))}
 
 
 def read_gold(
