@@ -121,6 +121,7 @@ def test_embed_then_align_files_with_gold(tmp_path, capsys):
     assert links.read_text(encoding="utf-8") == "0-0 1-1 2-2 3-3 4-4\n0-0 1-1 2-2\n"
     assert "aligned 2 pairs with intersect: 8 links" in captured.out
     assert "AER 0.0000  precision 1.0000  recall 1.0000  F1 1.0000" in captured.out
+    assert "AER 95% interval 0.0000-0.0000 (the " in captured.out
 
     # a missing run is named, also when combined with vectors (before any work)
     for extra in ([], ["--vectors", str(vectors)]):

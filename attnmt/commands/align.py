@@ -280,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from attnmt.alignment import (
+        aer_interval,
         align_corpus,
         alignment_error_rate,
         read_gold,
@@ -312,4 +313,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"against {args.gold} ({sum(map(len, gold.sure))} sure, {sum(map(len, gold.possible))} possible links):")
         print(f"  AER {scores['aer']:.4f}  precision {scores['precision']:.4f}  "
               f"recall {scores['recall']:.4f}  F1 {scores['f1']:.4f}")
+        if alignments:
+            low, high = aer_interval(alignments, gold.sure, gold.possible)
+            print(f"  AER 95% interval {low:.4f}-{high:.4f} (the {len(alignments)} pairs redrawn 2,000 times)")
     return 0
