@@ -268,3 +268,12 @@ def test_paired_bootstrap_of_an_aligner_with_itself_and_with_the_gold():
     assert gold["a_better"] == 1.0 and gold["high"] < 0
     with pytest.raises(ValueError, match="paired_bootstrap: 2 predicted, 1 sure"):
         paired_bootstrap([set(), set()], [set(), set()], [set()])
+
+
+def test_bootstrap_in_blocks_draws_what_one_block_would(monkeypatch):
+    from attnmt.alignment import metrics
+
+    predicted, sure, possible = _random_corpus(5, 40)
+    whole = bootstrap_aers(predicted, sure, possible, samples=50, seed=5)
+    monkeypatch.setattr(metrics, "REDRAW_BLOCK", 40 * 7)  # blocks of 7 redraws, the last of 1
+    assert np.array_equal(bootstrap_aers(predicted, sure, possible, samples=50, seed=5), whole)

@@ -51,7 +51,6 @@ _SUBMODULE_OF = {
     "alignment_error_rate": "metrics",
     "bootstrap_aers": "metrics",
     "paired_bootstrap": "metrics",
-    "sentence_counts": "metrics",
     "check_link_range": "attnmt.data.links",
     "read_gold": "metrics",
     "read_naacl_alignments": "attnmt.data.links",

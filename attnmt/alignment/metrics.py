@@ -24,7 +24,7 @@ The file formats (NAACL, Pharaoh) and their readers live in ``attnmt.data.links`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -36,13 +36,12 @@ from attnmt.data.links import (
 )
 from attnmt.names import GOLD_FORMATS
 
-__all__ = [
-    "GOLD_FORMATS", "aer_interval", "alignment_error_rate", "bootstrap_aers", "paired_bootstrap", "read_gold",
-    "sentence_counts",
-]
+__all__ = ["GOLD_FORMATS", "aer_interval", "alignment_error_rate", "bootstrap_aers", "paired_bootstrap", "read_gold"]
+#: sentence indices held at once while redrawing (a block of redraws at a time): bounds the memory
+REDRAW_BLOCK = 4_000_000
 
 
-def sentence_counts(
+def _sentence_counts(
     predicted: Sequence[Links],
     sure: Sequence[Links],
     possible: Sequence[Links] | None = None,
@@ -79,7 +78,7 @@ def alignment_error_rate(
     ``{"aer", "precision", "recall", "f1"}``. Raises ValueError when the lists differ in length.
     """
     n_predicted, n_sure, hits_sure, hits_possible = (int(total) for total in
-                                                     sentence_counts(predicted, sure, possible).sum(axis=0))
+                                                     _sentence_counts(predicted, sure, possible).sum(axis=0))
     precision = hits_possible / n_predicted if n_predicted else 1.0
     recall = hits_sure / n_sure if n_sure else 1.0
     total = n_predicted + n_sure
@@ -88,13 +87,21 @@ def alignment_error_rate(
     return {"aer": aer, "precision": precision, "recall": recall, "f1": f1}
 
 
-def _redraws(sentences: int, samples: int, seed: int) -> np.ndarray:
-    """``[samples, sentences]`` sentence indices drawn with replacement (the module doc's redraws)."""
+def _redraws(sentences: int, samples: int, seed: int) -> Iterator[np.ndarray]:
+    """Blocks ``[k, sentences]`` of sentence indices drawn with replacement, ``samples`` rows in all.
+
+    Together they are the rows of ``numpy.random.default_rng(seed).integers(0, sentences,
+    (samples, sentences))`` (the generator's stream does not depend on the block size); blocks keep
+    a large gold set from holding every index at once.
+    """
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"bootstrap: samples must be a positive integer, got {samples!r}")
     if not sentences:
         raise ValueError("bootstrap: no sentences to redraw")
-    return np.random.default_rng(seed).integers(0, sentences, size=(samples, sentences))
+    generator = np.random.default_rng(seed)
+    block = max(1, REDRAW_BLOCK // sentences)
+    for start in range(0, samples, block):
+        yield generator.integers(0, sentences, size=(min(block, samples - start), sentences))
 
 
 def _aers(counts: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -116,8 +123,8 @@ def bootstrap_aers(
     Redraw b takes sentence indices ``numpy.random.default_rng(seed).integers(0, N, (samples, N))[b]``
     and gives exactly what :func:`alignment_error_rate` gives on those sentences.
     """
-    counts = sentence_counts(predicted, sure, possible, caller="bootstrap")
-    return _aers(counts, _redraws(len(counts), samples, seed))
+    counts = _sentence_counts(predicted, sure, possible, caller="bootstrap")
+    return np.concatenate([_aers(counts, block) for block in _redraws(len(counts), samples, seed)])
 
 
 def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
@@ -155,13 +162,13 @@ def paired_bootstrap(
     on the whole set, "low", "high": the percentile interval of that difference at level,
     "a_better": the share of redraws where A's AER is lower}``.
     """
-    counts_a = sentence_counts(predicted_a, sure, possible, caller="paired_bootstrap")
-    counts_b = sentence_counts(predicted_b, sure, possible, caller="paired_bootstrap")
-    indices = _redraws(len(counts_a), samples, seed)
-    differences = _aers(counts_a, indices) - _aers(counts_b, indices)
-    whole = np.arange(len(counts_a))[None, :]
+    counts_a = _sentence_counts(predicted_a, sure, possible, caller="paired_bootstrap")
+    counts_b = _sentence_counts(predicted_b, sure, possible, caller="paired_bootstrap")
+    differences = np.concatenate([_aers(counts_a, block) - _aers(counts_b, block)
+                                  for block in _redraws(len(counts_a), samples, seed)])
+    whole = np.arange(len(counts_a))[None, :]  # the test set itself, as one redraw
     low, high = _percentiles(differences, level)
-    return {"difference": float((_aers(counts_a, whole) - _aers(counts_b, whole))[0]), "low": low, "high": high,
+    return {"difference": float(_aers(counts_a, whole)[0] - _aers(counts_b, whole)[0]), "low": low, "high": high,
             "a_better": float(np.mean(differences < 0))}
 
 
