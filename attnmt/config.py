@@ -43,6 +43,8 @@ from attnmt.search import SearchConfig
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
+#: training.guide_unaligned: what the guide does with a target word that has no link
+GUIDE_UNALIGNED = ("ignore", "eos")
 
 
 @dataclass
@@ -93,6 +95,12 @@ class TrainingConfig:
     guide_head               the head guided (from 1), null = the mean over the heads
     guide_shift              guide the step whose decoder *input* is the target word (read it with
                              ``attnmt align --shift``) instead of the step that predicts it
+    guide_unaligned          "ignore": target words without a link are not guided; "eos": a target
+                             word with no link at all (sure or possible) is guided to the source EOS,
+                             so the attention can say "unaligned"; such runs are read without
+                             renormalising (attnmt.alignment.translator). Possible links (``ipj``,
+                             ``attnmt align --eflomal --possible union``) mark a word as aligned
+                             without guiding it
     tensorboard              also write the metrics as TensorBoard event files into RUN/tensorboard
                              (needs ``pip install attnmt[tensorboard]``; ``attnmt curves`` needs
                              nothing more than metrics.jsonl)
@@ -123,6 +131,7 @@ class TrainingConfig:
     guide_layer: int | None = None
     guide_head: int | None = None
     guide_shift: bool = False
+    guide_unaligned: str = "ignore"
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
@@ -183,6 +192,8 @@ class TrainingConfig:
         for key in ("guide_shift", "tensorboard"):
             if not isinstance(getattr(self, key), bool):
                 fail(key, "true or false")
+        if self.guide_unaligned not in GUIDE_UNALIGNED:
+            fail("guide_unaligned", " or ".join(f'"{choice}"' for choice in GUIDE_UNALIGNED))
         # Integers are fine where floats are meant (YAML reads "1" as an int).
         for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight"):
             setattr(self, key, float(getattr(self, key)))

@@ -170,7 +170,28 @@ def test_align_eflomal_command_aligns_scores_and_writes_links(tmp_path, capsys):
     assert len(out.read_text(encoding="utf-8").splitlines()) == 20
 
 
+def test_align_eflomal_possible_writes_the_rest_of_the_union_as_possible_links(tmp_path, capsys):
+    pytest.importorskip("eflomal")
+    from attnmt.data.links import read_pharaoh_alignments
+
+    src, tgt, _ = synthetic_pairs(300, seed=4)
+    src_path, tgt_path = write_lines(tmp_path / "train.en", src), write_lines(tmp_path / "train.fr", tgt)
+    out = tmp_path / "guide.links"
+    code = main(["align", "--eflomal", "--src", str(src_path), "--tgt", str(tgt_path), "--method", "intersect",
+                 "--possible", "union", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "then intersect (and union as possible links)" in captured.err
+    assert "possible links (union)" in captured.out
+    links = read_pharaoh_alignments(out)
+    assert len(links) == 300
+    assert all(sure <= possible for sure, possible in zip(links.sure, links.possible))
+    assert sum(map(len, links.possible)) > sum(map(len, links.sure)) > 0  # eflomal's directions disagree somewhere
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["--eflomal", "--possible", "itermax"], "--possible itermax needs attention weights; with --eflomal choose"),
+    (["--vectors", "v", "--possible", "union"], "--possible: only with --eflomal"),
     (["--eflomal", "--model", "runs/x"], "--eflomal aligns on its own; it does not combine with --model"),
     (["--eflomal", "--method", "itermax"], "--method itermax needs attention weights; with --eflomal choose one of"),
     (["--vectors", "vec", "--also-src", "a", "--also-tgt", "b"], "--also-src/--also-tgt: only with --eflomal"),

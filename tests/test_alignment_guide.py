@@ -51,6 +51,18 @@ def test_piece_targets_leave_unlinked_target_words_empty_and_refuse_links_outsid
         piece_targets({(2, 0)}, [(0, 1), (1, 2)], [(0, 1)])
 
 
+def test_piece_targets_send_unaligned_target_words_to_the_source_eos():
+    # source: w0 = pieces 0-1, w1 = piece 2, EOS = column 3; target: v0 = piece 0, v1 = pieces 1-2, v2 = piece 3
+    entry = piece_targets({(1, 0)}, [(0, 2), (2, 3)], [(0, 1), (1, 3), (3, 4)], unaligned_words=[1])
+    np.testing.assert_allclose(dense(entry, 4, 4), [[0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0]])
+    entry = piece_targets(set(), [], [(0, 1)], unaligned_words=[0])  # an empty source: EOS is column 0
+    np.testing.assert_allclose(dense(entry, 1, 1), [[1]])
+    with pytest.raises(ValueError, match="target word 0 cannot go to EOS"):
+        piece_targets({(1, 0)}, [(0, 2), (2, 3)], [(0, 1)], unaligned_words=[0])
+    with pytest.raises(ValueError, match="target word 5 cannot go to EOS"):
+        piece_targets(set(), [(0, 2)], [(0, 1)], unaligned_words=[5])
+
+
 def test_batch_target_pads_skips_unguided_pairs_and_shifts_rows():
     first = piece_targets({(0, 1), (1, 0)}, [(0, 1), (1, 2)], [(0, 1), (1, 2)])
     guide = AlignmentGuide([first, None])
@@ -144,6 +156,35 @@ def test_links_follow_the_file_lines_past_dropped_pairs(small_corpus):
     assert "5 training pairs guided" in report.summary()
 
 
+def test_possible_links_are_not_guided_and_only_words_without_any_link_go_to_eos(small_corpus, tmp_path):
+    folder, corpus, encoded, tokenizers = small_corpus
+    k = 2  # the pair of line 4
+    src_words, tgt_words = corpus.src[k].split(), corpus.tgt[k].split()
+    assert len(src_words) >= 2 and len(tgt_words) >= 3
+    lines = ["0-0"] * 7
+    lines[3] = "0-0 1p1"  # target word 0: sure; 1: possible only; 2 and on: no link
+    (tmp_path / "links.txt").write_text("\n".join(lines) + "\n")
+    _, src_spans = word_pieces(tokenizers.src, src_words)
+    _, tgt_spans = word_pieces(tokenizers.tgt, tgt_words)
+    eos = len(encoded.src_ids[k])
+    for unaligned in ("ignore", "eos"):
+        guide, report = AlignmentGuide.from_links(tmp_path / "links.txt", corpus, encoded, tokenizers,
+                                                  unaligned=unaligned)
+        matrix = dense(guide.entries[k], len(encoded.tgt_ids[k]), eos + 1)
+        expected = np.zeros_like(matrix)
+        expected[slice(*tgt_spans[0]), slice(*src_spans[0])] = 1 / (src_spans[0][1] - src_spans[0][0])
+        if unaligned == "eos":
+            expected[tgt_spans[2][0]:, eos] = 1.0
+        np.testing.assert_allclose(matrix, expected)
+        assert report.links == 6  # the sure links only
+    # every other pair has one link "0-0": all its target words but the first go to EOS
+    to_eos = len(tgt_words) - 2 + sum(len(corpus.tgt[n].split()) - 1 for n in range(6) if n != k)
+    assert report.unaligned_words == to_eos
+    assert f"{to_eos} unaligned target words to the source EOS" in report.summary()
+    with pytest.raises(ValueError, match="unaligned must be 'ignore' or 'eos'"):
+        AlignmentGuide.from_links(tmp_path / "links.txt", corpus, encoded, tokenizers, unaligned="null")
+
+
 def test_links_file_errors_name_the_file_and_line(small_corpus, tmp_path):
     folder, corpus, encoded, tokenizers = small_corpus
     short = tmp_path / "short.txt"
@@ -170,6 +211,7 @@ def test_links_file_errors_name_the_file_and_line(small_corpus, tmp_path):
     ("guide_layer", 0, "training.guide_layer: must be a non-zero integer"),
     ("guide_head", "1", "training.guide_head: must be a non-zero integer"),
     ("guide_shift", "yes", "training.guide_shift: must be true or false"),
+    ("guide_unaligned", "null", 'training.guide_unaligned: must be "ignore" or "eos"'),
 ])
 def test_invalid_guide_values(key, value, message):
     with pytest.raises(ConfigError, match=message):
@@ -221,6 +263,32 @@ def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head
     wanted = [{(len(s.split()) - 1 - j, j) for j in range(len(s.split()))} for s in src]
     hits = sum(len(p & w) for p, w in zip(predicted, wanted)) / sum(len(w) for w in wanted)
     assert hits >= 0.8, hits
+
+
+def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unaligned(tmp_path):
+    from attnmt.alignment.translator import TranslatorAligner
+
+    config = tiny_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
+                         bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
+                         guide_weight=2.0, guide_head=1, guide_shift=True, guide_unaligned="eos")
+    config["model"].update(attention="multihead", embed_dim=32, hidden_dim=64, dropout=0.0,
+                           attention_options={"num_heads": 2})
+    # target words at even positions are linked (reversed order), those at odd positions have no link
+    lines = [" ".join(f"{len(s.split()) - 1 - j}-{j}" for j in range(0, len(s.split()), 2))
+             for s in make_pairs(200, seed=1)[0]]
+    (tmp_path / "train.links").write_text("\n".join(lines) + "\n")
+    config["data"]["train_links"] = "train.links"
+    run_trainer(tmp_path, config)
+
+    src, tgt = make_pairs(30, seed=3)  # pairs the run has not seen
+    aligner = TranslatorAligner(tmp_path / "run", "last")
+    assert aligner.renormalize is False and "'unaligned'" in aligner.describe()
+    weights = aligner.weights_many([s.split() for s in src], [t.split() for t in tgt])
+    on_words = {parity: np.mean([w[parity::2].sum(1).mean() for w in weights if len(w) > parity])
+                for parity in (0, 1)}
+    assert on_words[0] > 0.8 and on_words[1] < 0.2, on_words  # the rest of each row is on EOS
+    renormalized = TranslatorAligner(aligner.translator, renormalize=True)
+    assert renormalized.weights_many([src[0].split()], [tgt[0].split()])[0].sum(1) == pytest.approx(1.0)
 
 
 def test_guide_needs_attention_and_a_head_the_model_has(tmp_path):
@@ -282,5 +350,7 @@ def test_guided_reading_comes_from_the_run_config():
     assert guided_reading(run_config(None, guide_head=2)) is None
     assert guided_reading(None) is None
     config = run_config("a.links", guide_layer=-1, guide_head=2, guide_shift=True)
-    assert guided_reading(config) == {"layer": -1, "head": 2, "shift": True}
-    assert guided_reading(run_config("a.links")) == {"layer": None, "head": "mean", "shift": False}
+    assert guided_reading(config) == {"layer": -1, "head": 2, "shift": True, "renormalize": True}
+    assert guided_reading(run_config("a.links")) == {"layer": None, "head": "mean", "shift": False,
+                                                     "renormalize": True}
+    assert guided_reading(run_config("a.links", guide_unaligned="eos"))["renormalize"] is False

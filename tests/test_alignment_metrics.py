@@ -171,6 +171,12 @@ def test_write_pharaoh_round_trips_and_refuses_to_overwrite(tmp_path):
     assert read_pharaoh_alignments(path).sure == alignments
     with pytest.raises(DataError, match="exists"):
         write_pharaoh(path, alignments)
+    write_pharaoh(path, alignments, overwrite=True, possible=[{(0, 1)}, {(1, 1)}, {(2, 3)}])
+    assert path.read_text(encoding="utf-8") == "0-0 0p1 1-0\n1p1\n2-3\n"  # a sure link stays sure
+    read = read_pharaoh_alignments(path)
+    assert read.sure == alignments and read.possible == [{(1, 0), (0, 0), (0, 1)}, {(1, 1)}, {(2, 3)}]
+    with pytest.raises(ValueError, match="2 sentences of possible links for 3"):
+        write_pharaoh(path, alignments, overwrite=True, possible=[set(), set()])
 
 
 def test_reads_the_shared_hansards_gold():

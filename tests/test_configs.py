@@ -77,6 +77,19 @@ def test_eflomal_guided_recipes_are_the_guided_one_with_the_teacher_and_mirror_e
         assert forward[section] == reverse[section], section
 
 
+def test_null_guided_recipes_are_the_eflomal_ones_with_unaligned_words_on_eos():
+    """configs/hansards_align_null_*.yaml: the eflomal-guided recipes with a guide file that also
+    has possible links and guide_unaligned: eos, nothing else changed."""
+    for direction in ("en_fr", "fr_en"):
+        plain = load_config(CONFIGS / f"hansards_align_{direction}.yaml").to_dict()
+        null = load_config(CONFIGS / f"hansards_align_null_{direction}.yaml").to_dict()
+        pair = direction.replace("_", "-")
+        assert Path(null["data"].pop("train_links")).name == f"train.{pair}.null.links"
+        plain["data"].pop("train_links")
+        assert (plain["training"].pop("guide_unaligned"), null["training"].pop("guide_unaligned")) == ("ignore", "eos")
+        assert plain == null
+
+
 def test_eflomal_guided_transformers_share_the_rnn_recipes_data_and_mirror_each_other():
     rnn = load_config(CONFIGS / "hansards_align_en_fr.yaml").to_dict()
     forward = load_config(CONFIGS / "hansards_align_transformer_en_fr.yaml").to_dict()

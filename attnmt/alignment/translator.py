@@ -165,15 +165,18 @@ def piece_to_word_weights(
 def guided_reading(run_config) -> dict[str, Any] | None:
     """The reading a run's attention was trained to align with, or None for a run without a guide.
 
-    ``{"layer": int | None, "head": int | "mean", "shift": bool}`` from ``training.guide_layer``,
-    ``guide_head`` (None there = the mean) and ``guide_shift`` of a run (an ``attnmt.config.RunConfig``)
-    trained with ``data.train_links``.
+    ``{"layer": int | None, "head": int | "mean", "shift": bool, "renormalize": bool}`` from
+    ``training.guide_layer``, ``guide_head`` (None there = the mean) and ``guide_shift`` of a run (an
+    ``attnmt.config.RunConfig``) trained with ``data.train_links``. ``renormalize`` is False for a run
+    whose unaligned words were guided to the source EOS (``guide_unaligned: eos``): the weight such a
+    row puts on EOS is its "unaligned", which renormalising would undo.
     """
     if run_config is None or not run_config.data.train_links:
         return None
     training = run_config.training
     head = training.guide_head
-    return {"layer": training.guide_layer, "head": "mean" if head is None else head, "shift": training.guide_shift}
+    return {"layer": training.guide_layer, "head": "mean" if head is None else head, "shift": training.guide_shift,
+            "renormalize": getattr(training, "guide_unaligned", "ignore") != "eos"}
 
 
 # --------------------------------------------------------------------------- one pair
@@ -251,7 +254,9 @@ class TranslatorAligner:
                  aligner force-decode the pair swapped and transpose (None = the run's source)
     shift        read the step whose decoder *input* is the target piece (Shift-Att); None =
                  the run's guided reading, else False
-    renormalize  divide each row by its weight on real source pieces after dropping EOS
+    renormalize  divide each row by its weight on real source pieces after dropping EOS; None =
+                 the run's guided reading (False when it learned to put unaligned words on EOS),
+                 else True
     max_tokens   bound on B · max(S, T) padded tokens per forward call
     num_threads  torch threads (None = leave torch's setting)
     """
@@ -265,7 +270,7 @@ class TranslatorAligner:
         *,
         src_lang: str | None = None,
         shift: bool | None = None,
-        renormalize: bool = True,
+        renormalize: bool | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
     ):
@@ -279,13 +284,14 @@ class TranslatorAligner:
             layer = guided["layer"] if layer is None else layer
             head = guided["head"] if head is None else head
             shift = guided["shift"] if shift is None else shift
+            renormalize = guided["renormalize"] if renormalize is None else renormalize
         if layer is None:
             layer = default_layer(self.layers)
         self.layer = resolve_position(layer, self.layers, "decoder layer") + 1
         self.head = None if head is None or head == "mean" else resolve_position(head, self.heads, "head") + 1
         self.shift = bool(shift)
         self.guided = guided is not None
-        self.renormalize = bool(renormalize)
+        self.renormalize = True if renormalize is None else bool(renormalize)
         self.max_tokens = max_tokens
         tokenizers = self.translator.tokenizers
         self.run_languages = (tokenizers.src_lang, tokenizers.tgt_lang)
@@ -319,6 +325,8 @@ class TranslatorAligner:
         heads = f"head {self.head} of {self.heads}" if self.head is not None else \
             f"mean of {self.heads} head{'s' if self.heads != 1 else ''}"
         reading = "input reading (shift)" if self.shift else "output reading"
+        if not self.renormalize:
+            reading += ", EOS weight kept as 'unaligned'"
         if self.guided:
             reading += " (the run's guided-alignment defaults)"
         direction = (f"reversed: {tgt} is the alignment source, the pair is force-decoded {src} → {tgt} and the "

@@ -21,6 +21,9 @@ With --eflomal the links come from eflomal instead (pip install 'attnmt[align]')
 aligner run in both directions over the whole files; --method then picks one direction (tgt2src,
 src2tgt) or a symmetrisation, and --also-src/--also-tgt add pairs aligned alongside (more text for
 its counts) whose links are not written: align a small test set together with a large corpus.
+--possible METHOD also writes, as possible links (ipj), the links METHOD finds beyond --method's: a
+guide file in which a word without any link is one that neither direction of eflomal aligns
+(training.guide_unaligned: eos guides such words to the source EOS).
 Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --out links.txt
   --gold test.naacl --gold-format naacl
   attnmt align --model runs/hansards-rnn --src test.en-fr.en --tgt test.en-fr.fr --method grow-diag
@@ -28,6 +31,7 @@ Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --
   attnmt align --model runs/hansards-rnn --model runs/hansards-rnn-fr-en --vectors vectors/hansards
   --src test.en-fr.en --tgt test.en-fr.fr --method intersect --out links.txt --gold test.en-fr.naacl
   attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --out train.links
+  attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --possible union --out guide.links
   attnmt align --model runs/hansards-align-en-fr-120 --model runs/hansards-align-fr-en-120 --threshold 0.6
   --src test.en-fr.en --tgt test.en-fr.fr --out links.txt --gold test.en-fr.naacl
 """
@@ -60,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--also-src", metavar="FILE", default=None,
                         help="with --eflomal: more source sentences aligned alongside (their links are not written)")
     parser.add_argument("--also-tgt", metavar="FILE", default=None, help="with --eflomal: their translations")
+    parser.add_argument("--possible", default=None, metavar="METHOD",
+                        help="with --eflomal: also write the links of METHOD (e.g. union) that --method lacks, "
+                        "as possible links 'ipj' (a guide file for training.guide_unaligned: eos)")
     parser.add_argument("--vector-weight", type=float, default=None, metavar="W",
                         help="with --vectors and --model: share of vector attention in the geometric mean, "
                         f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
@@ -128,11 +135,14 @@ def _check_options(args: argparse.Namespace) -> None:
                   if value is not None]
         if others:
             raise ConfigError(f"--eflomal aligns on its own; it does not combine with {', '.join(others)}")
-        if args.method not in EFLOMAL_METHODS:
-            raise ConfigError(f"--method {args.method} needs attention weights; with --eflomal choose one of "
-                              f"{', '.join(EFLOMAL_METHODS)}")
+        for flag, method in (("--method", args.method), ("--possible", args.possible)):
+            if method is not None and method not in EFLOMAL_METHODS:
+                raise ConfigError(f"{flag} {method} needs attention weights; with --eflomal choose one of "
+                                  f"{', '.join(EFLOMAL_METHODS)}")
     elif args.also_src is not None or args.also_tgt is not None:
         raise ConfigError("--also-src/--also-tgt: only with --eflomal")
+    elif args.possible is not None:
+        raise ConfigError("--possible: only with --eflomal")
     if (args.also_src is None) != (args.also_tgt is None):
         raise ConfigError("give both --also-src and --also-tgt, or neither")
     if args.model is None and args.vectors is None and args.hf is None and not args.eflomal:
@@ -266,14 +276,21 @@ def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
 
 
 def _eflomal_links(args: argparse.Namespace, src_sentences, tgt_sentences):
-    """eflomal's links of the pairs, aligned together with the --also pairs."""
-    from attnmt.alignment.eflomal import eflomal_alignments, import_eflomal
+    """eflomal's links of the pairs by --method, aligned together with the --also pairs, and the
+    possible links (those of --possible beyond them; empty sets without --possible)."""
+    from attnmt.alignment.eflomal import directional_links, eflomal_directions, import_eflomal
 
     import_eflomal()  # before reading --also files: a missing package is the first thing to say
     also = _read_sentences(args.also_src, args.also_tgt) if args.also_src is not None else None
     extra = f" together with {len(also[0])} pairs of {args.also_src}" if also else ""
-    say("align", f"eflomal: aligning {len(src_sentences)} pairs{extra} in both directions, then {args.method}")
-    return eflomal_alignments(src_sentences, tgt_sentences, args.method, also=also, quiet=False)
+    also_possible = f" (and {args.possible} as possible links)" if args.possible else ""
+    say("align", f"eflomal: aligning {len(src_sentences)} pairs{extra} in both directions, then "
+                 f"{args.method}{also_possible}")
+    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, quiet=False)
+    sure = [directional_links(f, b, args.method) for f, b in zip(forward, backward)]
+    if args.possible is None:
+        return sure, [set() for _ in sure]
+    return sure, [directional_links(f, b, args.possible) - links for f, b, links in zip(forward, backward, sure)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -299,15 +316,17 @@ def run(args: argparse.Namespace) -> int:
         gold_format = args.gold_format or ("naacl" if Path(args.gold).suffix in (".naacl", ".wa") else "pharaoh")
         gold = read_gold(args.gold, gold_format, [len(s) for s in src_sentences], [len(s) for s in tgt_sentences],
                          one_based=args.gold_one_based)
+    possible = None
     if args.eflomal:
-        alignments = _eflomal_links(args, src_sentences, tgt_sentences)
+        alignments, possible = _eflomal_links(args, src_sentences, tgt_sentences)
     else:
         weight_fn = _weight_function(args, src_sentences, tgt_sentences)
         alignments = align_corpus(weight_fn, src_sentences, tgt_sentences, args.method, threshold=args.threshold,
                                   progress=True)
-    write_pharaoh(out, alignments, overwrite=True)
+    write_pharaoh(out, alignments, overwrite=True, possible=possible)
     how = args.method if args.threshold is None else f"threshold {args.threshold:g}"
-    print(f"aligned {len(alignments)} pairs with {how}: {sum(map(len, alignments))} links; wrote {out}")
+    extra = f" and {sum(map(len, possible))} possible links ({args.possible})" if args.possible else ""
+    print(f"aligned {len(alignments)} pairs with {how}: {sum(map(len, alignments))} links{extra}; wrote {out}")
     if gold is not None:
         scores = alignment_error_rate(alignments, gold.sure, gold.possible)
         print(f"against {args.gold} ({sum(map(len, gold.sure))} sure, {sum(map(len, gold.possible))} possible links):")

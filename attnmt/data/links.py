@@ -15,9 +15,15 @@ Links outside the sentence lengths raise DataError naming the file, the sentence
 cross-attention map towards them (``attnmt.models.losses.guided_alignment_loss``, Chen et al.
 2016; Garg et al. 2019). ``AlignmentGuide`` turns the links into each batch's target A:
 
-A: [B, T, S] over subword pieces: for a target piece of target word j that has links, the
-    uniform distribution over every piece of every source word linked to j; rows of pieces
-    whose word has no link (and padding) are 0 and cost nothing.
+A: [B, T, S] over subword pieces: for a target piece of target word j that has sure links,
+    the uniform distribution over every piece of every source word linked to j; rows of pieces
+    whose word has no sure link (and padding) are 0 and cost nothing. With ``unaligned="eos"``
+    a target word with no link at all, neither sure nor possible, is guided to the source EOS
+    (column m of a source of m pieces; the batch appends EOS there), so the attention learns a
+    place that means "unaligned". Possible links (``ipj``) thus mark a word as aligned without
+    guiding it: ``attnmt align --eflomal --method intersect --possible union`` writes the links
+    both directions agree on as sure and the rest of their union as possible, and then only words
+    that neither direction aligns go to EOS.
 
 Which row a target piece guides. Without ``shift`` piece t guides row t, the step that
 *predicts* it (the usual reading, ``attnmt align`` without ``--shift``). With ``shift`` it guides
@@ -197,17 +203,23 @@ def format_pharaoh(links: Iterable[tuple[int, int]], possible: Iterable[tuple[in
     return " ".join(f"{i}{mark}{j}" for i, j, mark in sorted(items))
 
 
-def write_pharaoh(path: str | Path, alignments: Sequence[Links], *, overwrite: bool = False) -> Path:
-    """Write one Pharaoh line per sentence (``i-j``, 0-based, sorted), atomically.
+def write_pharaoh(
+    path: str | Path, alignments: Sequence[Links], *, overwrite: bool = False, possible: Sequence[Links] | None = None
+) -> Path:
+    """Write one Pharaoh line per sentence (``i-j``, 0-based, sorted), atomically; ``possible[n]``
+    adds sentence n's possible-only links as ``ipj``.
 
     Raises DataError when ``path`` exists and ``overwrite`` is False.
     """
+    if possible is not None and len(possible) != len(alignments):
+        raise ValueError(f"write_pharaoh: {len(possible)} sentences of possible links for {len(alignments)}")
     path = Path(path)
     if path.exists() and not overwrite:
         raise DataError(f"{path} exists; refusing to overwrite it (use --overwrite)")
     if path.is_dir():
         raise DataError(f"{path} is a folder; give a file name for the links")
-    text = "".join(format_pharaoh(links) + "\n" for links in alignments)
+    extra = possible if possible is not None else [()] * len(alignments)
+    text = "".join(format_pharaoh(links, maybe) + "\n" for links, maybe in zip(alignments, extra))
     return write_text_atomic(path, text)
 
 
@@ -217,24 +229,34 @@ Span = tuple[int, int]
 
 
 def piece_targets(
-    links: set[tuple[int, int]] | Sequence[tuple[int, int]], src_spans: Sequence[Span], tgt_spans: Sequence[Span]
+    links: set[tuple[int, int]] | Sequence[tuple[int, int]],
+    src_spans: Sequence[Span],
+    tgt_spans: Sequence[Span],
+    unaligned_words: Sequence[int] = (),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The non-zero entries ``(rows, cols, values)`` of one pair's target A over pieces.
 
     ``links`` are word links ``(i, j)``, source first; ``src_spans[i]`` / ``tgt_spans[j]`` the
     ``[start, stop)`` pieces of each word. Every piece of target word j gets the value
     1 / (number of pieces of the source words linked to j) on each of those pieces, so its row sums to 1.
+    Every piece of a target word in ``unaligned_words`` (which must have no link) gets 1 on column m,
+    the source EOS after the m source pieces.
     """
     sources_of: dict[int, list[int]] = {}
     for i, j in links:
         if not (0 <= i < len(src_spans) and 0 <= j < len(tgt_spans)):
             raise ValueError(f"link {i}-{j} is outside a pair of {len(src_spans)} x {len(tgt_spans)} words")
         sources_of.setdefault(j, []).append(i)
+    eos = src_spans[-1][1] if src_spans else 0
+    for j in unaligned_words:
+        if j in sources_of or not 0 <= j < len(tgt_spans):
+            raise ValueError(f"target word {j} cannot go to EOS: it has links or lies outside {len(tgt_spans)} words")
+        sources_of[j] = []
     rows: list[int] = []
     cols: list[int] = []
     values: list[float] = []
     for j, sources in sorted(sources_of.items()):
-        pieces = [c for i in sorted(set(sources)) for c in range(*src_spans[i])]
+        pieces = [c for i in sorted(set(sources)) for c in range(*src_spans[i])] or [eos]
         for row in range(*tgt_spans[j]):
             rows.extend([row] * len(pieces))
             cols.extend(pieces)
@@ -259,10 +281,12 @@ class GuideReport:
     links: int
     without_links: int
     piece_mismatch: int
+    unaligned_words: int = 0
 
     def summary(self) -> str:
+        to_eos = f" and {self.unaligned_words} unaligned target words to the source EOS" if self.unaligned_words else ""
         return (
-            f"alignment guide: {self.guided_pairs} training pairs guided by {self.links} links; "
+            f"alignment guide: {self.guided_pairs} training pairs guided by {self.links} links{to_eos}; "
             f"{self.without_links} pairs without links and {self.piece_mismatch} whose word-by-word pieces "
             f"differ from the sentence's are trained without it"
         )
@@ -286,12 +310,16 @@ class AlignmentGuide:
         encoded,
         tokenizers,
         shift: bool = False,
+        unaligned: str = "ignore",
     ) -> tuple["AlignmentGuide", GuideReport]:
         """Read ``links_path`` (one line per line of the training files) for the pairs of
         ``encoded`` (an EncodedCorpus of ``corpus``, a ParallelCorpus that knows each pair's line).
+        ``unaligned``: "ignore" or "eos", what becomes of a target word without any link (module doc).
 
         DataError names the file (and line) when it has too few lines or a link outside its pair.
         """
+        if unaligned not in ("ignore", "eos"):
+            raise ValueError(f"AlignmentGuide.from_links: unaligned must be 'ignore' or 'eos', got {unaligned!r}")
         links_path = check_links_file(links_path)
         lines = [corpus.line_numbers[k] for k in encoded.indices]
         gold = read_pharaoh_alignments(links_path)
@@ -305,9 +333,9 @@ class AlignmentGuide:
         src_word_ids = _encode_words(tokenizers.src, src_words)
         tgt_word_ids = _encode_words(tokenizers.tgt, tgt_words)
         entries: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
-        used = without = mismatch = 0
+        used = without = mismatch = to_eos = 0
         for k, line in enumerate(lines):
-            links = gold.possible[line - 1]
+            links = gold.possible[line - 1]  # sure and possible: every link must fit the pair
             for i, j in links:
                 if i >= len(src_words[k]) or j >= len(tgt_words[k]):
                     raise DataError(
@@ -323,9 +351,13 @@ class AlignmentGuide:
                 mismatch += 1
                 entries.append(None)
             else:
-                used += len(links)
-                entries.append(piece_targets(links, src_spans, tgt_spans))
-        report = GuideReport(len(entries) - without - mismatch, used, without, mismatch)
+                sure = gold.sure[line - 1]
+                aligned = {j for _, j in links}
+                unaligned_words = [j for j in range(len(tgt_words[k])) if j not in aligned] if unaligned == "eos" else []
+                used += len(sure)
+                to_eos += len(unaligned_words)
+                entries.append(piece_targets(sure, src_spans, tgt_spans, unaligned_words))
+        report = GuideReport(len(entries) - without - mismatch, used, without, mismatch, to_eos)
         return cls(entries, shift), report
 
     def target(self, indices: Sequence[int], tgt_width: int, src_width: int):

@@ -105,7 +105,8 @@ def build_training(
     guide = None
     if data.train_links is not None:
         guide, report = AlignmentGuide.from_links(
-            data.resolve(data.train_links), train_corpus, train_ids, tokenizers, training.guide_shift
+            data.resolve(data.train_links), train_corpus, train_ids, tokenizers, training.guide_shift,
+            unaligned=training.guide_unaligned,
         )
         say(report.summary())
 
