@@ -749,6 +749,18 @@ def students_main(args) -> int:
         print(f"against the teacher, paired over 2,000 redraws of the test sentences: AER difference "
               f"{paired['difference']:+.4f} (95% interval {paired['low']:+.4f} to {paired['high']:+.4f}), "
               f"the students better in {paired['a_better']:.1%} of redraws")
+    earlier = json.loads(Path(args.out).read_text(encoding="utf-8")) if Path(args.out).is_file() else {}
+    compared = {}
+    for name in args.compare or []:  # other students' chosen links, on the same redraws
+        if "chosen_test_links" not in earlier.get(name, {}):
+            raise SystemExit(f"--compare {name}: {args.out} has no section {name} with chosen_test_links")
+        other = [parse_pharaoh(line) for line in earlier[name]["chosen_test_links"]]
+        compared[name] = {"test_aer": earlier[name]["test_aer"], **{
+            key: round(value, 4) for key, value in
+            paired_bootstrap(test_links[best], other, test[2].sure, test[2].possible).items()}}
+        print(f"against {name} (test AER {earlier[name]['test_aer']:.4f}), paired: AER difference "
+              f"{compared[name]['difference']:+.4f} (95% interval {compared[name]['low']:+.4f} to "
+              f"{compared[name]['high']:+.4f}), this one better in {compared[name]['a_better']:.1%} of redraws")
     write_section(Path(args.out), args.section or "students", {
         "question": "AER of two translators guided by eflomal's links, from their own attention (no teacher "
                     "link at test time)",
@@ -761,6 +773,7 @@ def students_main(args) -> int:
         "test_aer": rows[best]["aer"],
         "teacher_test_aer": teacher.get("test_aer"),
         "paired_with_teacher": paired,
+        "paired_with_sections": compared or None,
         "chosen_test_links": [format_pharaoh(links) for links in test_links[best]],
         "target_aer": STUDENT_TARGET_AER,
         "meets_target": rows[best]["aer"] <= STUDENT_TARGET_AER,
@@ -798,6 +811,9 @@ def main() -> int:
     parser.add_argument("--students", nargs="+", metavar="RUN", default=None,
                         help="EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]: translators guided by the teacher's "
                         "links, both directions (several of one direction: their geometric mean); the students section")
+    parser.add_argument("--compare", nargs="+", metavar="SECTION", default=None,
+                        help="with --students: score the chosen links against those of other students sections "
+                        "of --out on the same bootstrap redraws (paired_with_sections)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if not GOLD.is_dir() or not HANSARDS.is_dir():
