@@ -669,6 +669,10 @@ def students_main(args) -> int:
     trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
     if len(args.students) % 2:
         raise SystemExit("--students takes runs in pairs: EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]")
+    earlier = json.loads(Path(args.out).read_text(encoding="utf-8")) if Path(args.out).is_file() else {}
+    for name in args.compare or []:  # checked before the force-decoding, not after it
+        if "chosen_test_links" not in earlier.get(name, {}):
+            raise SystemExit(f"--compare {name}: {args.out} has no section {name} with chosen_test_links")
     weights, descriptions, training = {}, {}, {}
     for name, runs in (("en→fr", args.students[0::2]), ("fr→en", args.students[1::2])):
         per_run = []
@@ -740,7 +744,7 @@ def students_main(args) -> int:
     frequent_src, frequent_tgt = frequent_words(corpus.src), frequent_words(corpus.tgt)
     errors = error_analysis(test_links[best], test, frequent_src, frequent_tgt)
     print(f"errors of the chosen configuration on test: {json.dumps(errors)}")
-    teacher = json.loads(Path(args.out).read_text(encoding="utf-8")).get("teacher", {}) if Path(args.out).is_file() else {}
+    teacher = earlier.get("teacher", {})
     paired = None
     if "chosen_test_links" in teacher:  # both on the same redraws of the test sentences
         teacher_links = [parse_pharaoh(line) for line in teacher["chosen_test_links"]]
@@ -749,11 +753,8 @@ def students_main(args) -> int:
         print(f"against the teacher, paired over 2,000 redraws of the test sentences: AER difference "
               f"{paired['difference']:+.4f} (95% interval {paired['low']:+.4f} to {paired['high']:+.4f}), "
               f"the students better in {paired['a_better']:.1%} of redraws")
-    earlier = json.loads(Path(args.out).read_text(encoding="utf-8")) if Path(args.out).is_file() else {}
     compared = {}
     for name in args.compare or []:  # other students' chosen links, on the same redraws
-        if "chosen_test_links" not in earlier.get(name, {}):
-            raise SystemExit(f"--compare {name}: {args.out} has no section {name} with chosen_test_links")
         other = [parse_pharaoh(line) for line in earlier[name]["chosen_test_links"]]
         compared[name] = {"test_aer": earlier[name]["test_aer"], **{
             key: round(value, 4) for key, value in
@@ -819,6 +820,9 @@ def main() -> int:
     if not GOLD.is_dir() or not HANSARDS.is_dir():
         print(f"needs {HANSARDS} and {GOLD} (the shared data folder beside the project)", file=sys.stderr)
         return 1
+    if args.compare and args.students is None:
+        print("--compare: only with --students", file=sys.stderr)
+        return 2
     if args.teacher:
         return teacher_main(args)
     if args.students is not None:
