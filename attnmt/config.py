@@ -38,13 +38,12 @@ from attnmt.data.config import DataConfig
 from attnmt.device import check_device_name
 from attnmt.errors import ConfigError
 from attnmt.models import ModelConfig, model_config
+from attnmt.names import GUIDE_UNALIGNED
 from attnmt.precision import check_precision
 from attnmt.search import SearchConfig
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
-#: training.guide_unaligned: what the guide does with a target word that has no link
-GUIDE_UNALIGNED = ("ignore", "eos")
 
 
 @dataclass

@@ -18,3 +18,7 @@ SCORINGS = ("cosine", "seed")
 
 #: gold alignment file formats (see attnmt.alignment.metrics)
 GOLD_FORMATS = ("naacl", "pharaoh")
+
+#: what guided alignment does with a target word that has no link (training.guide_unaligned;
+#: see attnmt.data.links)
+GUIDE_UNALIGNED = ("ignore", "eos")

@@ -181,7 +181,7 @@ def test_possible_links_are_not_guided_and_only_words_without_any_link_go_to_eos
     to_eos = len(tgt_words) - 2 + sum(len(corpus.tgt[n].split()) - 1 for n in range(6) if n != k)
     assert report.unaligned_words == to_eos
     assert f"{to_eos} unaligned target words to the source EOS" in report.summary()
-    with pytest.raises(ValueError, match="unaligned must be 'ignore' or 'eos'"):
+    with pytest.raises(ValueError, match=r"unaligned must be one of \('ignore', 'eos'\), got 'null'"):
         AlignmentGuide.from_links(tmp_path / "links.txt", corpus, encoded, tokenizers, unaligned="null")
 
 

@@ -176,7 +176,7 @@ def guided_reading(run_config) -> dict[str, Any] | None:
     training = run_config.training
     head = training.guide_head
     return {"layer": training.guide_layer, "head": "mean" if head is None else head, "shift": training.guide_shift,
-            "renormalize": getattr(training, "guide_unaligned", "ignore") != "eos"}
+            "renormalize": training.guide_unaligned != "eos"}
 
 
 # --------------------------------------------------------------------------- one pair

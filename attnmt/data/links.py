@@ -48,6 +48,7 @@ import torch
 from attnmt.data.corpus import read_lines
 from attnmt.errors import DataError
 from attnmt.files import write_text_atomic
+from attnmt.names import GUIDE_UNALIGNED
 
 __all__ = [
     "AlignmentGuide", "GoldAlignment", "GuideReport", "check_link_range", "check_links_file", "format_pharaoh",
@@ -318,8 +319,8 @@ class AlignmentGuide:
 
         DataError names the file (and line) when it has too few lines or a link outside its pair.
         """
-        if unaligned not in ("ignore", "eos"):
-            raise ValueError(f"AlignmentGuide.from_links: unaligned must be 'ignore' or 'eos', got {unaligned!r}")
+        if unaligned not in GUIDE_UNALIGNED:
+            raise ValueError(f"AlignmentGuide.from_links: unaligned must be one of {GUIDE_UNALIGNED}, got {unaligned!r}")
         links_path = check_links_file(links_path)
         lines = [corpus.line_numbers[k] for k in encoded.indices]
         gold = read_pharaoh_alignments(links_path)
