@@ -38,7 +38,8 @@ one with the lowest trial AER is the teacher's figure (section ``"teacher"``).
 With ``--students EN_FR_RUN FR_EN_RUN`` (two translators guided by the teacher's links) the
 question is the issue's target, test AER <= 0.050 from the translators' own attention: each
 direction alone (its guided reading), both directions' argmax links symmetrised, and their soft
-combination (geometric mean) read with every link method or a threshold; everything is chosen on
+combination (geometric mean) read with every link method or a threshold (``--confident`` adds
+agreement plus one direction's confident links); everything is chosen on
 the 37 trial pairs (section ``"students"``, or ``--section``). More runs in pairs (e.g. RNNs and
 Transformers) combine per direction by their geometric mean.
 
@@ -533,6 +534,9 @@ STUDENT_TARGET_AER = 0.050
 #: thresholds tried on the soft combination of both directions (link where the geometric mean of
 #: p(source word | target word) and p(target word | source word) reaches τ)
 AGREEMENT_THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+# agreement, then the pairs one direction alone links with at least this weight where a word is
+# unlinked (attnmt.alignment.add_confident_links), on the agreement thresholds that trial prefers
+CONFIDENT_LINKS = {"agreement": (0.3, 0.4, 0.5, 0.6), "confident": (0.7, 0.8, 0.9, 0.95)}
 
 
 def scored_row(trial_links, test_links, trial, test, **settings) -> dict:
@@ -662,7 +666,8 @@ def students_main(args) -> int:
     """Both guided directions alone, symmetrised by links, and combined softly; chosen on trial."""
     import torch
 
-    from attnmt.alignment import combine_weights, src2tgt_links, symmetrize, tgt2src_links, threshold_links
+    from attnmt.alignment import (add_confident_links, combine_weights, src2tgt_links, symmetrize,
+                                  tgt2src_links, threshold_links)
     from attnmt.alignment.translator import TranslatorAligner
 
     started = time.perf_counter()
@@ -730,10 +735,19 @@ def students_main(args) -> int:
             {split_name: [threshold_links(c, threshold) for c in agreement[split_name]]
              for split_name in ("trial", "test")},
             kind="agreement threshold", threshold=threshold)
+    for threshold in CONFIDENT_LINKS["agreement"] if args.confident else ():
+        for confident in CONFIDENT_LINKS["confident"]:
+            add(f"both, agreement >= {threshold:g}, + one direction >= {confident:g}",
+                {split_name: [add_confident_links(threshold_links(c, threshold), f, b, confident)
+                              for c, f, b in zip(agreement[split_name], weights["en→fr"][split_name],
+                                                 weights["fr→en"][split_name])]
+                 for split_name in ("trial", "test")},
+                kind="agreement and confident links", threshold=threshold, confident=confident)
     print_rows(f"the guided translators on the Hansards test set ({len(test[0])} pairs); choices on trial", rows)
     groups = {"en→fr alone": ("one direction", "en→fr"), "fr→en alone": ("one direction", "fr→en"),
               "symmetrised links": ("symmetrised links", None), "soft combination": ("soft combination", None),
-              "agreement threshold": ("agreement threshold", None)}
+              "agreement threshold": ("agreement threshold", None),
+              **({"agreement and confident links": ("agreement and confident links", None)} if args.confident else {})}
     chosen = {label: chosen_on_trial({name: row for name, row in rows.items()
                                       if row["kind"] == kind and row.get("direction") == direction})
               for label, (kind, direction) in groups.items()}
@@ -815,6 +829,9 @@ def main() -> int:
     parser.add_argument("--compare", nargs="+", metavar="SECTION", default=None,
                         help="with --students: score the chosen links against those of other students sections "
                         "of --out on the same bootstrap redraws (paired_with_sections)")
+    parser.add_argument("--confident", action="store_true",
+                        help="with --students: also score agreement plus the links one direction alone is confident "
+                        "of where a word is unlinked (add_confident_links; 16 more configurations)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     if not GOLD.is_dir() or not HANSARDS.is_dir():
@@ -822,6 +839,9 @@ def main() -> int:
         return 1
     if args.compare and args.students is None:
         print("--compare: only with --students", file=sys.stderr)
+        return 2
+    if args.confident and args.students is None:
+        print("--confident: only with --students", file=sys.stderr)
         return 2
     if args.teacher:
         return teacher_main(args)

@@ -12,6 +12,7 @@ from attnmt.alignment import (
     VectorAligner,
     VectorScoring,
     WordVectors,
+    add_confident_links,
     align_corpus,
     extract_links,
     format_pharaoh,
@@ -182,6 +183,44 @@ def test_format_pharaoh_sorts_links_and_marks_possible_ones():
     assert format_pharaoh({(2, 1), (0, 0), (1, 3)}) == "0-0 1-3 2-1"
     assert format_pharaoh({(0, 0)}, possible={(1, 1), (0, 0)}) == "0-0 1p1"
     assert format_pharaoh(set()) == ""
+
+
+def test_add_confident_links_recovers_a_many_to_one_link_that_agreement_misses():
+    """'not' (source 1) <- 'ne' (target 1) and 'pas' (target 3): the French->English direction puts all
+    of "not"'s weight on "pas", so the agreement of (not, ne) is 0 and only one direction knows it."""
+    forward = np.array([[1.0, 0.0, 0.0], [0.0, 0.95, 0.05], [0.0, 0.0, 1.0], [0.0, 0.9, 0.1]])  # p(i | j)
+    backward = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])  # p(j | i)
+    agreement = threshold_links(np.sqrt(forward * backward), 0.4)
+    assert agreement == {(0, 0), (2, 2), (1, 3)}
+    assert add_confident_links(agreement, forward, backward, 0.9) == agreement | {(1, 1)}
+    assert add_confident_links(agreement, forward, backward, 0.96) == agreement  # not confident enough
+    # a pair whose two words both have links already is never added
+    assert add_confident_links({(0, 0), (1, 1), (2, 2), (1, 3)}, forward, backward, 0.5) == \
+        {(0, 0), (1, 1), (2, 2), (1, 3)}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_add_confident_links_matches_a_loop_over_every_pair(seed):
+    rng = np.random.default_rng(seed)
+    rows, columns = rng.integers(1, 9, size=2)
+    forward, backward = rng.dirichlet(np.ones(columns) * 0.3, size=rows), rng.dirichlet(np.ones(rows) * 0.3, size=columns).T
+    links = {(int(i), int(j)) for j in range(rows) for i in range(columns) if rng.random() < 0.15}
+    confident = float(rng.uniform(0.3, 0.9))
+    expected = set(links)
+    for j in range(rows):
+        for i in range(columns):
+            unlinked = all(link[0] != i for link in links) or all(link[1] != j for link in links)
+            if unlinked and max(forward[j, i], backward[j, i]) >= confident:
+                expected.add((i, j))
+    assert add_confident_links(links, forward, backward, confident) == expected
+
+
+def test_add_confident_links_rejects_a_bad_threshold_or_shapes():
+    weights = np.eye(2)
+    with pytest.raises(ValueError, match="confident must be in"):
+        add_confident_links(set(), weights, weights, 0)
+    with pytest.raises(ValueError, match="differ"):
+        add_confident_links(set(), weights, np.eye(3), 0.5)
 
 
 def test_threshold_links_keep_every_pair_at_or_above_it():

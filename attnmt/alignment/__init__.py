@@ -46,6 +46,7 @@ _SUBMODULE_OF = {
     "tgt2src_links": "links",
     "union_links": "links",
     "threshold_links": "links",
+    "add_confident_links": "links",
     "GoldAlignment": "attnmt.data.links",
     "aer_interval": "metrics",
     "alignment_error_rate": "metrics",

@@ -22,7 +22,8 @@ Methods (:data:`LINK_METHODS`):
   words aligned are excluded and pairs with one aligned word are discounted by ``discount``
   (0.9), so that unaligned words get a second chance.
 * :func:`threshold_links` (not a method name, it takes a number): every pair whose weight
-  reaches a threshold.
+  reaches a threshold; :func:`add_confident_links` then adds the pairs that one of two directions
+  alone is confident of, where a word is still unlinked.
 * ``match``: the one-to-one matching with the largest total weight (the assignment problem,
   ``scipy.optimize.linear_sum_assignment``): min(S, T) links, every word at most once.
 """
@@ -40,6 +41,7 @@ from attnmt.names import LINK_METHODS, SYMMETRIZATIONS
 __all__ = [
     "LINK_METHODS",
     "Links",
+    "add_confident_links",
     "align_corpus",
     "extract_links",
     "grow_diag_links",
@@ -188,6 +190,31 @@ def threshold_links(weights, threshold: float) -> Links:
         raise ValueError(f"threshold_links: threshold must be in (0, 1], got {threshold}")
     matrix = _as_weights(weights)
     return {(int(i), int(j)) for j, i in zip(*np.nonzero(matrix >= threshold))}
+
+
+def add_confident_links(links: Links, forward, backward, confident: float) -> Links:
+    """``links`` plus every pair that one direction alone is confident of, where a word has no link.
+
+    forward, backward: ``[T, S]`` weights of the same pair read in two directions and put in the same
+    orientation (row j = target word j): ``forward[j, i] = p(i | j)``, ``backward[j, i] = p(j | i)``.
+    Adds each ``(i, j)`` with ``max(forward[j, i], backward[j, i]) >= confident`` whose source word i
+    or target word j has no link in ``links`` (the "final" step of Koehn's grow-diag-final, on weights).
+    Meant after :func:`threshold_links` on the two directions' geometric mean (alignment by
+    agreement): a word that one direction links to two words ("ne ... pas" to "not") has a small
+    agreement with one of them, because the other direction spreads no weight over the pair. Which
+    words are unlinked is decided on ``links`` alone, so the result does not depend on an order.
+    ValueError unless 0 < confident <= 1 and both matrices have the same shape.
+    """
+    if not 0 < confident <= 1:
+        raise ValueError(f"add_confident_links: confident must be in (0, 1], got {confident}")
+    forward, backward = _as_weights(forward), _as_weights(backward)
+    if forward.shape != backward.shape:
+        raise ValueError(f"add_confident_links: forward {forward.shape} and backward {backward.shape} differ")
+    linked_src, linked_tgt = {i for i, _ in links}, {j for _, j in links}
+    confident_pairs = np.maximum(forward, backward) >= confident
+    added = {(int(i), int(j)) for j, i in zip(*np.nonzero(confident_pairs))
+             if int(i) not in linked_src or int(j) not in linked_tgt}
+    return set(links) | added
 
 
 def match_links(weights) -> Links:
