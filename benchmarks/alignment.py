@@ -33,7 +33,11 @@ vector share and the vector scoring τ, κ chosen per method on trial), or with 
 With ``--teacher`` the question is eflomal's own AER (``attnmt align --eflomal``), the teacher of
 the guided translators: the 220k training pairs, the 37 trial and the 447 test pairs aligned
 together in both directions, as statistical aligners are used; every symmetrisation is scored, the
-one with the lowest trial AER is the teacher's figure (section ``"teacher"``).
+one with the lowest trial AER is the teacher's figure (section ``"teacher"``). With
+``--eflomal-samplers``, ``--eflomal-iterations`` and/or ``--eflomal-prefix`` (lists) every
+combination of eflomal's settings is run and scored on trial with every symmetrisation; only the
+trial's choice and eflomal's defaults (rerun as the baseline) are scored on test, and paired
+(section ``"teacher_settings"``).
 
 With ``--students EN_FR_RUN FR_EN_RUN`` (two translators guided by the teacher's links) the
 question is the issue's target, test AER <= 0.050 from the translators' own attention: each
@@ -48,7 +52,7 @@ Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`
 in the file are kept). A run trained with guided alignment (``data.train_links``) records its guide
 settings there (``alignment_guide``).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
-or   ``.venv/bin/python benchmarks/alignment.py --teacher``
+or   ``.venv/bin/python benchmarks/alignment.py --teacher [--eflomal-samplers 3 8 --eflomal-prefix 0 5]``
 or   ``.venv/bin/python benchmarks/alignment.py --students runs/hansards-align-en-fr runs/hansards-align-fr-en
      [--section students]``
 or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
@@ -609,6 +613,87 @@ def teacher_main(args) -> int:
     return 0
 
 
+def teacher_settings_main(args) -> int:
+    """eflomal sampled otherwise: every combination of --eflomal-samplers/-iterations/-prefix and every
+    symmetrisation scored on trial; the trial's choice and eflomal's defaults (the baseline, in the
+    same run, since eflomal is unseeded) scored on test and paired."""
+    from attnmt.alignment.eflomal import EFLOMAL_METHODS, EflomalSettings, directional_links, eflomal_directions
+
+    started = time.perf_counter()
+    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
+    trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
+    training = ([line.split() for line in corpus.src], [line.split() for line in corpus.tgt])
+    cut = len(trial[0])
+    default = EflomalSettings()
+    grid = [EflomalSettings(samplers=samplers, iterations=iterations, prefix=prefix)
+            for samplers in args.eflomal_samplers or [default.samplers]
+            for iterations in args.eflomal_iterations or [default.iterations]
+            for prefix in args.eflomal_prefix or [default.prefix]]
+    grid = [default] + [settings for settings in dict.fromkeys(grid) if settings != default]
+    rows, test_links, seconds = {}, {}, {}
+    for number, settings in enumerate(grid, 1):
+        began = time.perf_counter()
+        forward, backward = eflomal_directions(trial[0] + test[0], trial[1] + test[1], also=training,
+                                               settings=settings)
+        seconds[settings.describe()] = round(time.perf_counter() - began, 1)
+        for method in EFLOMAL_METHODS:
+            links = [directional_links(f, b, method) for f, b in zip(forward, backward)]
+            trial_aer = alignment_error_rate(links[:cut], trial[2].sure, trial[2].possible)["aer"]
+            rows[f"{settings.describe()}, {method}"] = {
+                "samplers": settings.samplers, "iterations": settings.iterations, "prefix": settings.prefix,
+                "method": method, "trial_aer": round(trial_aer, 4)}
+            test_links[f"{settings.describe()}, {method}"] = links[cut:]
+        best_here = chosen_on_trial({name: row for name, row in rows.items() if name.startswith(settings.describe())})
+        print(f"[{number}/{len(grid)}] {settings.describe()}: {seconds[settings.describe()]:.0f} s, best on trial "
+              f"{rows[best_here]['method']} {rows[best_here]['trial_aer']:.4f}", flush=True)
+    best = chosen_on_trial(rows)
+    baseline = chosen_on_trial({name: row for name, row in rows.items() if name.startswith(default.describe() + ",")})
+    for name in dict.fromkeys([best, baseline]):  # the only rows scored on test
+        result = alignment_error_rate(test_links[name], test[2].sure, test[2].possible)
+        rows[name].update({key: round(value, 4) for key, value in result.items()},
+                          aer_95_interval=[round(bound, 4) for bound in
+                                           aer_interval(test_links[name], test[2].sure, test[2].possible)])
+    print()
+    print(f"eflomal's settings, every symmetrisation on the {cut} trial pairs; test only for the trial's choice "
+          "and for eflomal's defaults")
+    header = f"{'configuration':<72} {'trial':>6} | {'test AER':>8} {'prec':>6} {'recall':>6}"
+    print(header)
+    print("-" * len(header))
+    for name, row in rows.items():
+        tested = (f"{row['aer']:>8.4f} {row['precision']:>6.3f} {row['recall']:>6.3f}" if "aer" in row else "")
+        print(f"{name:<72} {row['trial_aer']:>6.4f} | {tested}")
+    paired = None
+    if best != baseline:
+        paired = {key: round(value, 4) for key, value in
+                  paired_bootstrap(test_links[best], test_links[baseline], test[2].sure, test[2].possible).items()}
+        print(f"chosen on trial: {best}, test AER {rows[best]['aer']:.4f}; eflomal's defaults ({baseline}) "
+              f"{rows[baseline]['aer']:.4f}; paired difference {paired['difference']:+.4f} (95% interval "
+              f"{paired['low']:+.4f} to {paired['high']:+.4f}), the choice better in {paired['a_better']:.1%} "
+              "of redraws")
+    else:
+        print(f"chosen on trial: eflomal's defaults, {best}, test AER {rows[best]['aer']:.4f}")
+    write_section(Path(args.out), args.section or "teacher_settings", {
+        "question": "Does eflomal, the students' teacher, align better when it samples otherwise (more samplers, "
+                    "more iterations, words cut to a prefix)?",
+        "aligner": "eflomal (Östling & Tiedemann, 2016), both directions, EflomalSettings per row",
+        "aligned_together": {"training_pairs": len(training[0]), "trial_pairs": cut, "test_pairs": len(test[0])},
+        "words": "split on spaces and lower-cased",
+        "rows": rows,
+        "chosen_on_trial": best,
+        "baseline": baseline,
+        "test_aer": rows[best]["aer"],
+        "baseline_test_aer": rows[baseline]["aer"],
+        "paired_with_baseline": paired,
+        "configurations_scored_on_test": len({best, baseline}),
+        "note": "eflomal samples without a seed: a second run differs slightly",
+        "chosen_test_links": [format_pharaoh(links) for links in test_links[best]],
+        "seconds_per_setting": seconds,
+        "seconds": round(time.perf_counter() - started, 1),
+        "machine": f"{platform.machine()} {platform.python_version()} eflomal {_version('eflomal')}",
+    })
+    return 0
+
+
 def _version(package: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -823,6 +908,13 @@ def main() -> int:
                         "e.g. translator_guided for a run trained with data.train_links, so both stay in the file)")
     parser.add_argument("--teacher", action="store_true",
                         help="eflomal's own AER (needs attnmt[align]): the teacher section")
+    parser.add_argument("--eflomal-samplers", nargs="+", type=int, default=None, metavar="N",
+                        help="with --teacher: eflomal's numbers of samplers to try (EflomalSettings; with any of "
+                        "these three, the teacher_settings section: every combination, chosen on trial)")
+    parser.add_argument("--eflomal-iterations", nargs="+", type=float, default=None, metavar="X",
+                        help="with --teacher: factors on eflomal's numbers of iterations to try")
+    parser.add_argument("--eflomal-prefix", nargs="+", type=int, default=None, metavar="K",
+                        help="with --teacher: prefix lengths to try (0 = whole words)")
     parser.add_argument("--students", nargs="+", metavar="RUN", default=None,
                         help="EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]: translators guided by the teacher's "
                         "links, both directions (several of one direction: their geometric mean); the students section")
@@ -843,8 +935,13 @@ def main() -> int:
     if args.confident and args.students is None:
         print("--confident: only with --students", file=sys.stderr)
         return 2
+    settings_given = any(value is not None for value in
+                         (args.eflomal_samplers, args.eflomal_iterations, args.eflomal_prefix))
+    if settings_given and not args.teacher:
+        print("--eflomal-samplers/--eflomal-iterations/--eflomal-prefix: only with --teacher", file=sys.stderr)
+        return 2
     if args.teacher:
-        return teacher_main(args)
+        return teacher_settings_main(args) if settings_given else teacher_main(args)
     if args.students is not None:
         return students_main(args)
     if args.run is not None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from attnmt.alignment import alignment_error_rate, grow_diag_links, src2tgt_links, symmetrize, tgt2src_links
-from attnmt.alignment.eflomal import EFLOMAL_METHODS, directional_links, eflomal_alignments
+from attnmt.alignment.eflomal import EFLOMAL_METHODS, EflomalSettings, directional_links, eflomal_alignments
 from attnmt.cli import main
 from attnmt.errors import ConfigError, DataError
 from attnmt.names import SYMMETRIZATIONS
@@ -142,6 +144,43 @@ def test_eflomal_errors_name_the_problem(monkeypatch):
         eflomal_alignments([["a"]], [["x"]])
 
 
+def test_eflomal_settings_reach_eflomal_and_bad_ones_are_named(monkeypatch):
+    eflomal = pytest.importorskip("eflomal")
+    seen = {}
+
+    class RecordingAligner:
+        def __init__(self, **options):
+            seen.update(options)
+
+        def align(self, src_lines, tgt_lines, links_filename_fwd, links_filename_rev, quiet):
+            for path in (links_filename_fwd, links_filename_rev):
+                Path(path).write_text("0-0\n" * len(src_lines), encoding="utf-8")
+
+    monkeypatch.setattr(eflomal, "Aligner", RecordingAligner)
+    settings = EflomalSettings(samplers=8, iterations=2.0, prefix=5)
+    assert eflomal_alignments([["a"]], [["x"]], "intersect", settings=settings) == [{(0, 0)}]
+    assert seen == {"n_samplers": 8, "rel_iterations": 2.0, "source_prefix_len": 5, "target_prefix_len": 5}
+    eflomal_alignments([["a"]], [["x"]])
+    assert seen == {"n_samplers": 3, "rel_iterations": 1.0, "source_prefix_len": 0, "target_prefix_len": 0}
+    assert settings.describe() == "8 samplers, 2x iterations, words cut to 5 characters"
+    assert EflomalSettings(samplers=1).describe().startswith("1 sampler, ")
+    for bad, message in (({"samplers": True}, "samplers must be an integer >= 1, got True"),
+                         ({"samplers": 2.5}, "samplers must be an integer >= 1, got 2.5"),
+                         ({"iterations": -1.0}, "iterations must be a factor > 0, got -1.0"),
+                         ({"iterations": float("nan")}, "iterations must be a factor > 0, got nan"),
+                         ({"prefix": -2}, "prefix must be an integer >= 0 (0 = whole words), got -2")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            EflomalSettings(**bad)
+
+
+def test_eflomal_with_other_settings_still_recovers_a_known_alignment():
+    pytest.importorskip("eflomal")
+    src, tgt, gold = synthetic_pairs(200, seed=5)
+    links = eflomal_alignments(src, tgt, "intersect", settings=EflomalSettings(samplers=1, iterations=0.5, prefix=4))
+    found = sum(len(got & want) for got, want in zip(links, gold))
+    assert found >= 0.8 * sum(map(len, gold))  # unseeded sampling: 0.86-0.97 in 12 runs
+
+
 def write_lines(path, sentences):
     path.write_text("".join(" ".join(words) + "\n" for words in sentences), encoding="utf-8")
     return path
@@ -163,7 +202,8 @@ def test_align_eflomal_command_aligns_scores_and_writes_links(tmp_path, capsys):
                  "--gold", str(gold_path)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "eflomal: aligning 20 pairs together with 380 pairs of" in captured.err
+    assert "eflomal (3 samplers, 1x iterations, whole words): aligning 20 pairs together with 380 pairs of" \
+        in captured.err
     assert "aligned 20 pairs with grow-diag-final-and" in captured.out
     aer = float(captured.out.split("AER ")[1].split()[0])
     assert aer <= 0.15
@@ -200,7 +240,7 @@ def test_align_eflomal_possible_splits_fixed_directions_into_sure_and_possible(t
     # pair 2: the directions agree
     forward = [{(0, 0), (1, 1), (2, 2), (3, 2)}, {(0, 0), (1, 1)}]
     backward = [{(0, 0), (1, 1), (3, 2)}, {(0, 0), (1, 1)}]
-    monkeypatch.setattr(eflomal_module, "eflomal_directions", lambda src, tgt, also=None, quiet=True: (forward, backward))
+    monkeypatch.setattr(eflomal_module, "eflomal_directions", lambda src, tgt, **options: (forward, backward))
     src_path = write_lines(tmp_path / "train.en", [["the", "cat", "is", "asleep"], ["the", "dog"]])
     tgt_path = write_lines(tmp_path / "train.fr", [["le", "chat", "dort"], ["le", "chien"]])
     out = tmp_path / "guide.links"
@@ -217,7 +257,11 @@ def test_align_eflomal_possible_splits_fixed_directions_into_sure_and_possible(t
     (["--vectors", "v", "--possible", "union"], "--possible: only with --eflomal"),
     (["--eflomal", "--model", "runs/x"], "--eflomal aligns on its own; it does not combine with --model"),
     (["--eflomal", "--method", "itermax"], "--method itermax needs attention weights; with --eflomal choose one of"),
-    (["--vectors", "vec", "--also-src", "a", "--also-tgt", "b"], "--also-src/--also-tgt: only with --eflomal"),
+    (["--vectors", "vec", "--also-src", "a", "--also-tgt", "b"], "--also-src, --also-tgt: only with --eflomal"),
+    (["--vectors", "v", "--eflomal-prefix", "4"], "--eflomal-prefix: only with --eflomal"),
+    (["--eflomal", "--eflomal-samplers", "0"], "eflomal samplers must be an integer >= 1, got 0"),
+    (["--eflomal", "--eflomal-iterations", "0"], "eflomal iterations must be a factor > 0, got 0.0"),
+    (["--eflomal", "--eflomal-prefix", "-1"], "eflomal prefix must be an integer >= 0 (0 = whole words), got -1"),
     (["--eflomal", "--also-src", "a"], "give both --also-src and --also-tgt, or neither"),
     (["--eflomal", "--layer", "1"], "--layer: only with --model or --hf"),
     (["--vectors", "v", "--method", "union", "--threshold", "0.2"], "give --method or --threshold, not both"),

@@ -12,6 +12,11 @@ the two (:func:`attnmt.alignment.links.symmetrize`).
 
 Words are split on spaces and lower-cased before eflomal sees them (the links are positions, so
 the case only splits a word's counts). Links are ``(i_src, j_tgt)``, 0-based.
+
+:class:`EflomalSettings` holds the three knobs of eflomal worth turning: the number of independent
+Gibbs samplers whose link marginals are averaged, a factor on its default numbers of iterations,
+and a prefix length that cuts every word to its first characters before counting (a crude stem that
+pools the forms of one word). The defaults are eflomal's own.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -26,11 +32,37 @@ from attnmt.alignment.links import Links, symmetrize
 from attnmt.data.links import read_pharaoh_alignments
 from attnmt.errors import ConfigError, DataError
 
-__all__ = ["EFLOMAL_METHODS", "directional_links", "eflomal_alignments", "eflomal_directions", "import_eflomal"]
+__all__ = ["EFLOMAL_METHODS", "EflomalSettings", "directional_links", "eflomal_alignments", "eflomal_directions",
+           "import_eflomal"]
 
 #: the link methods that need no weights: one direction of eflomal, or both symmetrised
 EFLOMAL_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final",
                    "grow-diag-final-and")
+
+
+@dataclass(frozen=True)
+class EflomalSettings:
+    """How eflomal samples. samplers: independent Gibbs samplers whose link marginals are averaged
+    (>= 1; eflomal's default 3); iterations: factor on eflomal's default numbers of iterations per
+    model stage (> 0; default 1); prefix: words are cut to their first ``prefix`` characters before
+    counting, both languages (0 = whole words, the default). ConfigError for a value out of range."""
+
+    samplers: int = 3
+    iterations: float = 1.0
+    prefix: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.samplers, bool) or not isinstance(self.samplers, int) or self.samplers < 1:
+            raise ConfigError(f"eflomal samplers must be an integer >= 1, got {self.samplers!r}")
+        if not self.iterations > 0:
+            raise ConfigError(f"eflomal iterations must be a factor > 0, got {self.iterations!r}")
+        if isinstance(self.prefix, bool) or not isinstance(self.prefix, int) or self.prefix < 0:
+            raise ConfigError(f"eflomal prefix must be an integer >= 0 (0 = whole words), got {self.prefix!r}")
+
+    def describe(self) -> str:
+        words = "whole words" if self.prefix == 0 else f"words cut to {self.prefix} characters"
+        samplers = f"{self.samplers} sampler{'' if self.samplers == 1 else 's'}"
+        return f"{samplers}, {self.iterations:g}x iterations, {words}"
 
 
 def import_eflomal():
@@ -49,18 +81,19 @@ def eflomal_alignments(
     method: str = "intersect",
     *,
     also: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
+    settings: EflomalSettings = EflomalSettings(),
     quiet: bool = True,
 ) -> list[Links]:
     """Links of every pair ``(src_sentences[k], tgt_sentences[k])`` by eflomal with ``method``.
 
     src_sentences, tgt_sentences: lists of words, one list per pair (same length). also: more
     (source, target) pairs aligned in the same run to give the model more text; their links are
-    dropped. method: one of :data:`EFLOMAL_METHODS`. Pairs with an empty side get no links.
-    Raises ConfigError without eflomal or for an unknown method, DataError when the lists differ
-    in length.
+    dropped. method: one of :data:`EFLOMAL_METHODS`. settings: how eflomal samples
+    (:class:`EflomalSettings`; eflomal's defaults). Pairs with an empty side get no links. Raises
+    ConfigError without eflomal or for an unknown method, DataError when the lists differ in length.
     """
     _check_method(method)
-    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, quiet=quiet)
+    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, settings=settings, quiet=quiet)
     return [directional_links(f, b, method) for f, b in zip(forward, backward)]
 
 
@@ -69,10 +102,12 @@ def eflomal_directions(
     tgt_sentences: Sequence[Sequence[str]],
     *,
     also: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
+    settings: EflomalSettings = EflomalSettings(),
     quiet: bool = True,
 ) -> tuple[list[Links], list[Links]]:
-    """eflomal's (forward, backward) links of every pair: one run, both directions (see
-    :func:`eflomal_alignments`). eflomal samples without a seed, so two runs differ a little."""
+    """eflomal's (forward, backward) links of every pair: one run, both directions, sampled as
+    ``settings`` says (see :func:`eflomal_alignments`). eflomal samples without a seed, so two runs
+    differ a little."""
     if len(src_sentences) != len(tgt_sentences):
         raise DataError(f"eflomal: {len(src_sentences)} source sentences but {len(tgt_sentences)} target sentences")
     extra_src, extra_tgt = also if also is not None else ([], [])
@@ -87,8 +122,10 @@ def eflomal_directions(
     with tempfile.TemporaryDirectory(prefix="attnmt-eflomal-") as folder:
         forward_path, backward_path = os.path.join(folder, "forward"), os.path.join(folder, "backward")
         try:
-            eflomal.Aligner().align(src_lines, tgt_lines, links_filename_fwd=forward_path,
-                                    links_filename_rev=backward_path, quiet=quiet)
+            aligner = eflomal.Aligner(n_samplers=settings.samplers, rel_iterations=settings.iterations,
+                                      source_prefix_len=settings.prefix, target_prefix_len=settings.prefix)
+            aligner.align(src_lines, tgt_lines, links_filename_fwd=forward_path, links_filename_rev=backward_path,
+                          quiet=quiet)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as error:
             raise DataError(f"eflomal failed on {len(src_lines)} pairs: {error}") from None
         forward = _read_links(forward_path, len(src_lines))[:wanted]

@@ -23,7 +23,8 @@ src2tgt) or a symmetrisation, and --also-src/--also-tgt add pairs aligned alongs
 its counts) whose links are not written: align a small test set together with a large corpus.
 --possible METHOD also writes, as possible links (ipj), the links METHOD finds beyond --method's: a
 guide file in which a word without any link is one that neither direction of eflomal aligns
-(training.guide_unaligned: eos guides such words to the source EOS).
+(training.guide_unaligned: eos guides such words to the source EOS). --eflomal-samplers,
+--eflomal-iterations and --eflomal-prefix set how eflomal samples (default: eflomal's own settings).
 Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --out links.txt
   --gold test.naacl --gold-format naacl
   attnmt align --model runs/hansards-rnn --src test.en-fr.en --tgt test.en-fr.fr --method grow-diag
@@ -45,6 +46,7 @@ from attnmt.commands.options import add_device_option, add_hf_option, say
 from attnmt.names import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
+EFLOMAL_OPTIONS = ("also_src", "also_tgt", "possible", "eflomal_samplers", "eflomal_iterations", "eflomal_prefix")
 HF_OPTIONS = ("layer", "head", "shift")  # of any translator, a run or a Hugging Face model
 RUN_OPTIONS = ("checkpoint", "src_lang", "max_tokens", "threads")  # of a run
 VECTOR_OPTIONS = ("temperature", "distortion")
@@ -67,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--possible", default=None, metavar="METHOD",
                         help="with --eflomal: also write the links of METHOD (e.g. union) that --method lacks, "
                         "as possible links 'ipj' (a guide file for training.guide_unaligned: eos)")
+    parser.add_argument("--eflomal-samplers", type=int, default=None, metavar="N",
+                        help="with --eflomal: independent samplers whose link marginals are averaged (default 3)")
+    parser.add_argument("--eflomal-iterations", type=float, default=None, metavar="X",
+                        help="with --eflomal: factor on eflomal's default numbers of iterations (default 1)")
+    parser.add_argument("--eflomal-prefix", type=int, default=None, metavar="K",
+                        help="with --eflomal: cut every word to its first K characters before counting, a crude "
+                        "stem (default 0: whole words)")
     parser.add_argument("--vector-weight", type=float, default=None, metavar="W",
                         help="with --vectors and --model: share of vector attention in the geometric mean, "
                         f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
@@ -139,10 +148,11 @@ def _check_options(args: argparse.Namespace) -> None:
             if method is not None and method not in EFLOMAL_METHODS:
                 raise ConfigError(f"{flag} {method} needs attention weights; with --eflomal choose one of "
                                   f"{', '.join(EFLOMAL_METHODS)}")
-    elif args.also_src is not None or args.also_tgt is not None:
-        raise ConfigError("--also-src/--also-tgt: only with --eflomal")
-    elif args.possible is not None:
-        raise ConfigError("--possible: only with --eflomal")
+        _eflomal_settings(args)  # out-of-range values fail before any file is read
+    else:
+        given = [name for name in EFLOMAL_OPTIONS if getattr(args, name, None) is not None]
+        if given:
+            raise ConfigError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: only with --eflomal")
     if (args.also_src is None) != (args.also_tgt is None):
         raise ConfigError("give both --also-src and --also-tgt, or neither")
     if args.model is None and args.vectors is None and args.hf is None and not args.eflomal:
@@ -275,18 +285,28 @@ def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
               f"unknown and got a zero vector, e.g. {examples}", file=sys.stderr)
 
 
+def _eflomal_settings(args: argparse.Namespace):
+    """The EflomalSettings of --eflomal-samplers/-iterations/-prefix (eflomal's defaults where not
+    given); ConfigError for a value out of range."""
+    from attnmt.alignment.eflomal import EflomalSettings
+
+    given = {name: getattr(args, "eflomal_" + name) for name in ("samplers", "iterations", "prefix")}
+    return EflomalSettings(**{name: value for name, value in given.items() if value is not None})
+
+
 def _eflomal_links(args: argparse.Namespace, src_sentences, tgt_sentences):
     """eflomal's links of the pairs by --method, aligned together with the --also pairs, and the
     possible links (those of --possible beyond them; empty sets without --possible)."""
     from attnmt.alignment.eflomal import directional_links, eflomal_directions, import_eflomal
 
     import_eflomal()  # before reading --also files: a missing package is the first thing to say
+    settings = _eflomal_settings(args)
     also = _read_sentences(args.also_src, args.also_tgt) if args.also_src is not None else None
     extra = f" together with {len(also[0])} pairs of {args.also_src}" if also else ""
     also_possible = f" (and {args.possible} as possible links)" if args.possible else ""
-    say("align", f"eflomal: aligning {len(src_sentences)} pairs{extra} in both directions, then "
-                 f"{args.method}{also_possible}")
-    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, quiet=False)
+    say("align", f"eflomal ({settings.describe()}): aligning {len(src_sentences)} pairs{extra} in both "
+                 f"directions, then {args.method}{also_possible}")
+    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, settings=settings, quiet=False)
     sure = [directional_links(f, b, args.method) for f, b in zip(forward, backward)]
     if args.possible is None:
         return sure, [set() for _ in sure]
