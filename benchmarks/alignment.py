@@ -630,7 +630,7 @@ def teacher_settings_main(args) -> int:
             for iterations in args.eflomal_iterations or [default.iterations]
             for prefix in args.eflomal_prefix or [default.prefix]]
     grid = [default] + [settings for settings in dict.fromkeys(grid) if settings != default]
-    rows, test_links, seconds = {}, {}, {}
+    rows, all_links, seconds = {}, {}, {}
     for number, settings in enumerate(grid, 1):
         began = time.perf_counter()
         forward, backward = eflomal_directions(trial[0] + test[0], trial[1] + test[1], also=training,
@@ -642,17 +642,15 @@ def teacher_settings_main(args) -> int:
             rows[f"{settings.describe()}, {method}"] = {
                 "samplers": settings.samplers, "iterations": settings.iterations, "prefix": settings.prefix,
                 "method": method, "trial_aer": round(trial_aer, 4)}
-            test_links[f"{settings.describe()}, {method}"] = links[cut:]
-        best_here = chosen_on_trial({name: row for name, row in rows.items() if name.startswith(settings.describe())})
+            all_links[f"{settings.describe()}, {method}"] = links
+        best_here = chosen_on_trial(rows_of(rows, settings))
         print(f"[{number}/{len(grid)}] {settings.describe()}: {seconds[settings.describe()]:.0f} s, best on trial "
               f"{rows[best_here]['method']} {rows[best_here]['trial_aer']:.4f}", flush=True)
     best = chosen_on_trial(rows)
-    baseline = chosen_on_trial({name: row for name, row in rows.items() if name.startswith(default.describe() + ",")})
+    baseline = chosen_on_trial(rows_of(rows, default))
     for name in dict.fromkeys([best, baseline]):  # the only rows scored on test
-        result = alignment_error_rate(test_links[name], test[2].sure, test[2].possible)
-        rows[name].update({key: round(value, 4) for key, value in result.items()},
-                          aer_95_interval=[round(bound, 4) for bound in
-                                           aer_interval(test_links[name], test[2].sure, test[2].possible)])
+        rows[name] = {**rows[name], **scored_row(all_links[name][:cut], all_links[name][cut:], trial, test)}
+    test_links = {name: links[cut:] for name, links in all_links.items()}
     print()
     print(f"eflomal's settings, every symmetrisation on the {cut} trial pairs; test only for the trial's choice "
           "and for eflomal's defaults")
@@ -692,6 +690,13 @@ def teacher_settings_main(args) -> int:
         "machine": f"{platform.machine()} {platform.python_version()} eflomal {_version('eflomal')}",
     })
     return 0
+
+
+def rows_of(rows: dict[str, dict], settings) -> dict[str, dict]:
+    """The rows of one EflomalSettings (every symmetrisation)."""
+    return {name: row for name, row in rows.items()
+            if (row["samplers"], row["iterations"], row["prefix"]) == (settings.samplers, settings.iterations,
+                                                                       settings.prefix)}
 
 
 def _version(package: str) -> str:
