@@ -90,6 +90,7 @@ from attnmt.alignment import (  # noqa: E402
 )
 from attnmt.data.corpus import read_lines, read_parallel  # noqa: E402
 from attnmt.data.links import format_pharaoh  # noqa: E402
+from attnmt.errors import ConfigError  # noqa: E402
 from attnmt.files import write_text_atomic  # noqa: E402
 from portable import portable  # noqa: E402
 
@@ -576,14 +577,20 @@ def print_rows(title: str, rows: dict[str, dict]) -> None:
               f"{row['precision']:>6.3f} {row['recall']:>6.3f}")
 
 
+def teacher_inputs():
+    """The trial and test gold splits (words keep their case) and the training pairs as word lists:
+    what eflomal aligns together as the teacher."""
+    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
+    trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
+    return trial, test, ([line.split() for line in corpus.src], [line.split() for line in corpus.tgt])
+
+
 def teacher_main(args) -> int:
     """eflomal over training + trial + test pairs, every symmetrisation scored, one chosen on trial."""
     from attnmt.alignment.eflomal import EFLOMAL_METHODS, directional_links, eflomal_directions
 
     started = time.perf_counter()
-    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
-    trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
-    training = ([line.split() for line in corpus.src], [line.split() for line in corpus.tgt])
+    trial, test, training = teacher_inputs()
     forward, backward = eflomal_directions(trial[0] + test[0], trial[1] + test[1], also=training, quiet=False)
     seconds = time.perf_counter() - started
     cut = len(trial[0])
@@ -620,15 +627,17 @@ def teacher_settings_main(args) -> int:
     from attnmt.alignment.eflomal import EFLOMAL_METHODS, EflomalSettings, directional_links, eflomal_directions
 
     started = time.perf_counter()
-    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
-    trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)
-    training = ([line.split() for line in corpus.src], [line.split() for line in corpus.tgt])
-    cut = len(trial[0])
     default = EflomalSettings()
-    grid = [EflomalSettings(samplers=samplers, iterations=iterations, prefix=prefix)
-            for samplers in args.eflomal_samplers or [default.samplers]
-            for iterations in args.eflomal_iterations or [default.iterations]
-            for prefix in args.eflomal_prefix or [default.prefix]]
+    try:  # out-of-range settings fail before the corpus is read
+        grid = [EflomalSettings(samplers=samplers, iterations=iterations, prefix=prefix)
+                for samplers in args.eflomal_samplers or [default.samplers]
+                for iterations in args.eflomal_iterations or [default.iterations]
+                for prefix in args.eflomal_prefix or [default.prefix]]
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    trial, test, training = teacher_inputs()
+    cut = len(trial[0])
     grid = [default] + [settings for settings in dict.fromkeys(grid) if settings != default]
     rows, all_links, seconds = {}, {}, {}
     for number, settings in enumerate(grid, 1):
