@@ -90,6 +90,18 @@ def test_null_guided_recipes_are_the_eflomal_ones_with_unaligned_words_on_eos():
         assert plain == null
 
 
+def test_prefix6_recipes_are_the_null_ones_with_the_prefix6_teacher():
+    """configs/hansards_align_prefix6_*.yaml: configs/hansards_align_null_*.yaml guided by the file
+    that `attnmt align --eflomal --eflomal-prefix 6` writes, nothing else changed."""
+    for direction in ("en_fr", "fr_en"):
+        null = load_config(CONFIGS / f"hansards_align_null_{direction}.yaml").to_dict()
+        prefix6 = load_config(CONFIGS / f"hansards_align_prefix6_{direction}.yaml").to_dict()
+        pair = direction.replace("_", "-")
+        assert Path(prefix6["data"].pop("train_links")).name == f"train.{pair}.prefix6.links"
+        null["data"].pop("train_links")
+        assert prefix6 == null
+
+
 def test_eflomal_guided_transformers_share_the_rnn_recipes_data_and_mirror_each_other():
     rnn = load_config(CONFIGS / "hansards_align_en_fr.yaml").to_dict()
     forward = load_config(CONFIGS / "hansards_align_transformer_en_fr.yaml").to_dict()
