@@ -8,9 +8,7 @@ weights identical, and write its files once.
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 from pathlib import Path
 
 import pytest
@@ -47,12 +45,6 @@ def _write_text_corpus(folder: Path) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _first_global_step(rank: int, world_size: int) -> list[int]:
     """The corpus positions rank ``rank`` trains on in the first step (world_size=1: all of them)."""
     from attnmt.data import batch_indices
@@ -65,7 +57,7 @@ def _first_global_step(rank: int, world_size: int) -> list[int]:
     return batch_indices(*lengths, max_tokens=60, seed=11, epoch=0, rank=rank, world_size=world_size)[0]
 
 
-def _worker(rank: int, port: int, folder: str) -> None:
+def _worker(rank: int, folder: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -74,8 +66,9 @@ def _worker(rank: int, port: int, folder: str) -> None:
     from attnmt.models import build_model
     from attnmt.training import DistributedContext, Trainer, backward_on_batch
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    # The ranks meet through a file, not a TCP port: a port probed free can be taken before rank 0 binds it.
+    store = (Path(folder) / "rendezvous").as_uri()
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=WORLD_SIZE)
     torch.set_num_threads(1)
     folder = Path(folder)
     try:
@@ -113,7 +106,7 @@ def test_ddp_step_equals_single_process_step_and_trainer_runs(tmp_path):
     from attnmt.training import backward_on_batch
 
     _write_text_corpus(tmp_path)
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(str(tmp_path),), nprocs=WORLD_SIZE, join=True)
 
     # The same step in one process, on the union of the two ranks' batches.
     torch.manual_seed(0)
