@@ -918,8 +918,9 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per force-decoding call")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--section", default=None,
-                        help="with --run or --students: the JSON section to write (default translator or students; "
-                        "e.g. translator_guided for a run trained with data.train_links, so both stay in the file)")
+                        help="with --run, --students or --teacher's settings grid: the JSON section to write (default "
+                        "translator, students or teacher_settings; e.g. translator_guided for a run trained with "
+                        "data.train_links, so both stay in the file)")
     parser.add_argument("--teacher", action="store_true",
                         help="eflomal's own AER (needs attnmt[align]): the teacher section")
     parser.add_argument("--eflomal-samplers", nargs="+", type=int, default=None, metavar="N",
