@@ -692,7 +692,8 @@ def teacher_settings_main(args) -> int:
         "baseline_test_aer": rows[baseline]["aer"],
         "paired_with_baseline": paired,
         "configurations_scored_on_test": len({best, baseline}),
-        "note": "eflomal samples without a seed: a second run differs slightly",
+        "note": "eflomal samples without a seed: a second run of the same settings gives other links and "
+                "other trial AERs, so compare settings within one run",
         "chosen_test_links": [format_pharaoh(links) for links in test_links[best]],
         "seconds_per_setting": seconds,
         "seconds": round(time.perf_counter() - started, 1),

@@ -66,11 +66,10 @@ def _worker(rank: int, folder: str) -> None:
     from attnmt.models import build_model
     from attnmt.training import DistributedContext, Trainer, backward_on_batch
 
-    # The ranks meet through a file, not a TCP port: a port probed free can be taken before rank 0 binds it.
-    store = (Path(folder) / "rendezvous").as_uri()
-    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=WORLD_SIZE)
-    torch.set_num_threads(1)
     folder = Path(folder)
+    # The ranks meet through a file, not a TCP port: a port probed free can be taken before rank 0 binds it.
+    dist.init_process_group("gloo", init_method=(folder / "rendezvous").as_uri(), rank=rank, world_size=WORLD_SIZE)
+    torch.set_num_threads(1)
     try:
         # 1. One DDP step; the global loss is normalised by the global token count.
         torch.manual_seed(0)
