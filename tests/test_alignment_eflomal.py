@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from attnmt.alignment import alignment_error_rate, grow_diag_links, src2tgt_links, symmetrize, tgt2src_links
-from attnmt.alignment.eflomal import EFLOMAL_METHODS, EflomalSettings, directional_links, eflomal_alignments
+from attnmt.alignment.eflomal import (
+    EFLOMAL_METHODS,
+    EflomalSettings,
+    directional_links,
+    eflomal_alignments,
+    eflomal_runs,
+    majority,
+    voted_directions,
+)
 from attnmt.cli import main
 from attnmt.errors import ConfigError, DataError
 from attnmt.names import SYMMETRIZATIONS
@@ -181,6 +189,149 @@ def test_eflomal_with_other_settings_still_recovers_a_known_alignment():
     assert found >= 0.8 * sum(map(len, gold))  # unseeded sampling: 0.86-0.97 in 12 runs
 
 
+# ---- a vote of several runs ----------------------------------------------------------------------
+
+def random_run(rng, shapes):
+    """One run's (forward, backward) over pairs of the given (source, target) lengths, shaped as
+    eflomal's: forward links each target word to at most one source word, backward each source word
+    to at most one target word (a word may stay unlinked)."""
+    forward = [{(int(rng.integers(s)), j) for j in range(t) if rng.random() < 0.8} for s, t in shapes]
+    backward = [{(i, int(rng.integers(t))) for i in range(s) if rng.random() < 0.8} for s, t in shapes]
+    return forward, backward
+
+
+def test_voted_directions_keeps_the_links_enough_runs_found():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        shapes = [(int(rng.integers(1, 6)), int(rng.integers(1, 6))) for _ in range(4)]
+        runs = [random_run(rng, shapes) for _ in range(int(rng.integers(1, 6)))]
+        for votes in range(1, len(runs) + 1):
+            forward, backward = voted_directions(runs, votes)
+            for n in range(len(shapes)):
+                for direction, voted in ((0, forward[n]), (1, backward[n])):
+                    found = [run[direction][n] for run in runs]
+                    expected = {link for link in set().union(*found) if sum(link in links for links in found) >= votes}
+                    assert voted == expected
+        forward, backward = voted_directions(runs)          # default: a majority
+        assert (forward, backward) == voted_directions(runs, majority(len(runs)))
+        # a majority keeps eflomal's shape: one source word per target word forward, and the reverse
+        for links in forward:
+            targets = [j for _, j in links]
+            assert len(targets) == len(set(targets))
+        for links in backward:
+            sources = [i for i, _ in links]
+            assert len(sources) == len(set(sources))
+
+
+def test_voted_directions_of_one_run_is_that_run_and_all_votes_intersect():
+    rng = np.random.default_rng(1)
+    shapes = [(3, 4), (1, 1), (5, 2)]
+    run = random_run(rng, shapes)
+    assert voted_directions([run]) == (list(run[0]), list(run[1]))
+    runs = [run, random_run(rng, shapes), random_run(rng, shapes)]
+    forward, _ = voted_directions(runs, 3)
+    assert forward == [a & b & c for a, b, c in zip(*(r[0] for r in runs))]
+    forward, _ = voted_directions(runs, 1)
+    assert forward == [a | b | c for a, b, c in zip(*(r[0] for r in runs))]
+    assert [majority(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("runs, votes, message", [
+    ([], None, "no runs to vote"),
+    ([([set()], [set()])], 2, "min_votes must be an integer from 1 to 1, got 2"),
+    ([([set()], [set()])], 0, "min_votes must be an integer from 1 to 1, got 0"),
+    ([([set()], [set()]), ([set(), set()], [set(), set()])], 1, "the runs cover different numbers of pairs"),
+])
+def test_voted_directions_names_bad_input(runs, votes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        voted_directions(runs, votes)
+
+
+def test_eflomal_runs_runs_each_setting_once(monkeypatch):
+    import attnmt.alignment.eflomal as eflomal_module
+
+    answers = {0: ([{(0, 0), (1, 1)}], [{(0, 0), (1, 1)}]),
+               5: ([{(0, 0), (0, 1)}], [{(0, 0)}]),
+               6: ([{(0, 0), (1, 1)}], [{(0, 0), (1, 0)}])}
+    seen = []
+
+    def fake_directions(src, tgt, *, also=None, settings=EflomalSettings(), quiet=True):
+        seen.append((settings.prefix, also))
+        return answers[settings.prefix]
+
+    monkeypatch.setattr(eflomal_module, "eflomal_directions", fake_directions)
+    settings = [EflomalSettings(prefix=prefix) for prefix in (0, 5, 6)]
+    progress = []
+    runs = eflomal_runs([["a", "b"]], [["x", "y"]], settings, also=(["c"], ["z"]),
+                        progress=lambda number, one: progress.append((number, one.prefix)))
+    assert seen == [(0, (["c"], ["z"])), (5, (["c"], ["z"])), (6, (["c"], ["z"]))]
+    assert progress == [(1, 0), (2, 5), (3, 6)]
+    assert runs == [answers[0], answers[5], answers[6]]
+    forward, backward = voted_directions(runs)          # 2 of 3
+    assert forward == [{(0, 0), (1, 1)}] and backward == [{(0, 0)}]
+    forward, backward = voted_directions(runs, 1)
+    assert forward == [{(0, 0), (0, 1), (1, 1)}] and backward == [{(0, 0), (1, 0), (1, 1)}]
+    with pytest.raises(ConfigError, match="no settings to run"):
+        eflomal_runs([["a"]], [["x"]], [])
+
+
+def test_align_eflomal_several_prefixes_vote_and_write_the_agreed_links(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("eflomal")
+    import attnmt.alignment.eflomal as eflomal_module
+    from attnmt.data.links import read_pharaoh_alignments
+
+    # three runs; (2, 2) is found by two runs forward and all three backward, (2, 1) by one run only
+    answers = {0: ([{(0, 0), (1, 1), (2, 2)}], [{(0, 0), (1, 1), (2, 2)}]),
+               4: ([{(0, 0), (1, 1), (2, 1)}], [{(0, 0), (1, 1), (2, 2)}]),
+               6: ([{(0, 0), (1, 1), (2, 2)}], [{(0, 0), (1, 1), (2, 2)}])}
+    monkeypatch.setattr(eflomal_module, "eflomal_directions",
+                        lambda src, tgt, *, settings, **options: answers[settings.prefix])
+    src_path = write_lines(tmp_path / "train.en", [["the", "cat", "sleeps"]])
+    tgt_path = write_lines(tmp_path / "train.fr", [["le", "chat", "dort"]])
+    out = tmp_path / "guide.links"
+    code = main(["align", "--eflomal", "--eflomal-prefix", "0", "4", "6", "--src", str(src_path), "--tgt",
+                 str(tgt_path), "--method", "intersect", "--possible", "union", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert ("eflomal (3 samplers, 1x iterations, whole words; 3 samplers, 1x iterations, words cut to 4 characters; "
+            "3 samplers, 1x iterations, words cut to 6 characters): aligning 1 pairs in both directions, then the "
+            "links at least 2 of the 3 runs found, then intersect (and union as possible links)") in captured.err
+    assert "eflomal run 3/3: 3 samplers, 1x iterations, words cut to 6 characters" in captured.err
+    assert read_pharaoh_alignments(out).sure == [{(0, 0), (1, 1), (2, 2)}]
+    code = main(["align", "--eflomal", "--eflomal-prefix", "0", "4", "6", "--eflomal-votes", "1", "--src",
+                 str(src_path), "--tgt", str(tgt_path), "--method", "intersect", "--possible", "union", "--out",
+                 str(out), "--overwrite"])
+    assert code == 0, capsys.readouterr().err
+    links = read_pharaoh_alignments(out)
+    assert links.sure == [{(0, 0), (1, 1), (2, 2)}]             # backward never links (2, 1)
+    assert links.possible == [{(0, 0), (1, 1), (2, 2), (2, 1)}]  # but the union of the votes does
+    # sure links by a majority, possible ones by any run
+    code = main(["align", "--eflomal", "--eflomal-prefix", "0", "4", "6", "--src", str(src_path), "--tgt",
+                 str(tgt_path), "--method", "union", "--possible", "union", "--possible-votes", "1", "--out", str(out),
+                 "--overwrite"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert ("then the links at least 2 of the 3 runs found, then union (and union of the links at least 1 of the "
+            "runs found, as possible links)") in captured.err
+    links = read_pharaoh_alignments(out)
+    assert links.sure == [{(0, 0), (1, 1), (2, 2)}]
+    assert links.possible == [{(0, 0), (1, 1), (2, 2), (2, 1)}]
+
+
+def test_align_eflomal_vote_of_real_runs_recovers_a_known_alignment(tmp_path, capsys):
+    pytest.importorskip("eflomal")
+    src, tgt, gold = synthetic_pairs(300, seed=6)
+    src_path, tgt_path = write_lines(tmp_path / "a.en", src), write_lines(tmp_path / "a.fr", tgt)
+    gold_path = tmp_path / "gold.txt"
+    gold_path.write_text("".join(" ".join(f"{i}-{j}" for i, j in sorted(links)) + "\n" for links in gold),
+                         encoding="utf-8")
+    code = main(["align", "--eflomal", "--eflomal-prefix", "0", "3", "4", "--src", str(src_path), "--tgt",
+                 str(tgt_path), "--out", str(tmp_path / "links.txt"), "--gold", str(gold_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert float(captured.out.split("AER ")[1].split()[0]) <= 0.15
+
+
 def write_lines(path, sentences):
     path.write_text("".join(" ".join(words) + "\n" for words in sentences), encoding="utf-8")
     return path
@@ -262,6 +413,14 @@ def test_align_eflomal_possible_splits_fixed_directions_into_sure_and_possible(t
     (["--eflomal", "--eflomal-samplers", "0"], "eflomal samplers must be an integer >= 1, got 0"),
     (["--eflomal", "--eflomal-iterations", "0"], "eflomal iterations must be a factor > 0, got 0.0"),
     (["--eflomal", "--eflomal-prefix", "-1"], "eflomal prefix must be an integer >= 0 (0 = whole words), got -1"),
+    (["--eflomal", "--eflomal-prefix", "6", "--eflomal-votes", "1"],
+     "--eflomal-votes: only with several --eflomal-prefix values (one run each)"),
+    (["--eflomal", "--eflomal-prefix", "0", "6", "--eflomal-votes", "3"],
+     "--eflomal-votes must be from 1 to 2 (the number of runs), got 3"),
+    (["--vectors", "v", "--eflomal-votes", "2"], "--eflomal-votes: only with --eflomal"),
+    (["--eflomal", "--eflomal-prefix", "0", "6", "--possible-votes", "0", "--possible", "union"],
+     "--possible-votes must be from 1 to 2 (the number of runs), got 0"),
+    (["--eflomal", "--eflomal-prefix", "0", "6", "--possible-votes", "1"], "--possible-votes: only with --possible"),
     (["--eflomal", "--also-src", "a"], "give both --also-src and --also-tgt, or neither"),
     (["--eflomal", "--layer", "1"], "--layer: only with --model or --hf"),
     (["--vectors", "v", "--method", "union", "--threshold", "0.2"], "give --method or --threshold, not both"),

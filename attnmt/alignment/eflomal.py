@@ -17,6 +17,13 @@ the case only splits a word's counts). Links are ``(i_src, j_tgt)``, 0-based.
 Gibbs samplers whose link marginals are averaged, a factor on its default numbers of iterations,
 and a prefix length that cuts every word to its first characters before counting (a crude stem that
 pools the forms of one word). The defaults are eflomal's own.
+
+**A vote of several runs.** eflomal samples without a seed, and each setting sees the words
+otherwise (a prefix pools different forms), so runs disagree on some links. :func:`voted_directions`
+keeps, in each direction, the links that at least ``min_votes`` of the runs found (default: a
+majority). With a majority each target word still has at most one source word in the forward
+direction (and each source word one target word in the reverse one), so every symmetrisation applies
+as to a single run. :func:`eflomal_runs` runs eflomal once per setting, ready for the vote.
 """
 
 from __future__ import annotations
@@ -24,16 +31,17 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from attnmt.alignment.links import Links, symmetrize
 from attnmt.data.links import read_pharaoh_alignments
 from attnmt.errors import ConfigError, DataError
 
 __all__ = ["EFLOMAL_METHODS", "EflomalSettings", "directional_links", "eflomal_alignments", "eflomal_directions",
-           "import_eflomal"]
+           "eflomal_runs", "import_eflomal", "majority", "voted_directions"]
 
 #: the link methods that need no weights: one direction of eflomal, or both symmetrised
 EFLOMAL_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final",
@@ -133,6 +141,63 @@ def eflomal_directions(
     empty = [not src or not tgt for src, tgt in zip(src_sentences, tgt_sentences)]
     return ([set() if e else links for e, links in zip(empty, forward)],
             [set() if e else links for e, links in zip(empty, backward)])
+
+
+def majority(runs: int) -> int:
+    """The smallest number of votes that is more than half of ``runs``."""
+    return runs // 2 + 1
+
+
+def voted_directions(
+    runs: Sequence[tuple[Sequence[Links], Sequence[Links]]],
+    min_votes: int | None = None,
+) -> tuple[list[Links], list[Links]]:
+    """The (forward, backward) links that at least ``min_votes`` of ``runs`` found, pair by pair.
+
+    runs: R results of :func:`eflomal_directions` on the same pairs, each (forward, backward) with
+    one link set per pair. min_votes: 1..R (default :func:`majority`: more than half; then, as in one
+    run, forward links each target word to at most one source word). ValueError for no runs, runs of
+    different lengths or min_votes out of range.
+    """
+    if not runs:
+        raise ValueError("voted_directions: no runs to vote")
+    votes = majority(len(runs)) if min_votes is None else min_votes
+    if isinstance(votes, bool) or not isinstance(votes, int) or not 1 <= votes <= len(runs):
+        raise ValueError(f"voted_directions: min_votes must be an integer from 1 to {len(runs)}, got {min_votes!r}")
+    pairs = len(runs[0][0])
+    if any(len(forward) != pairs or len(backward) != pairs for forward, backward in runs):
+        raise ValueError("voted_directions: the runs cover different numbers of pairs")
+
+    def kept(per_run: Sequence[Links]) -> Links:
+        counts = Counter(link for links in per_run for link in links)
+        return {link for link, count in counts.items() if count >= votes}
+
+    forward = [kept([run[0][n] for run in runs]) for n in range(pairs)]
+    backward = [kept([run[1][n] for run in runs]) for n in range(pairs)]
+    return forward, backward
+
+
+def eflomal_runs(
+    src_sentences: Sequence[Sequence[str]],
+    tgt_sentences: Sequence[Sequence[str]],
+    settings: Sequence[EflomalSettings],
+    *,
+    also: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
+    quiet: bool = True,
+    progress: Callable[[int, EflomalSettings], None] | None = None,
+) -> list[tuple[list[Links], list[Links]]]:
+    """eflomal run once per entry of ``settings``: one (forward, backward) per run, ready for
+    :func:`voted_directions` (:func:`eflomal_directions` does each run; a setting may repeat: another
+    unseeded run). progress(k, settings) is called before run k (from 1). ConfigError for no
+    settings."""
+    if not settings:
+        raise ConfigError("eflomal: no settings to run")
+    runs = []
+    for number, one in enumerate(settings, 1):
+        if progress is not None:
+            progress(number, one)
+        runs.append(eflomal_directions(src_sentences, tgt_sentences, also=also, settings=one, quiet=quiet))
+    return runs
 
 
 def directional_links(forward: Links, backward: Links, method: str) -> Links:

@@ -24,7 +24,10 @@ its counts) whose links are not written: align a small test set together with a 
 --possible METHOD also writes, as possible links (ipj), the links METHOD finds beyond --method's: a
 guide file in which a word without any link is one that neither direction of eflomal aligns
 (training.guide_unaligned: eos guides such words to the source EOS). --eflomal-samplers,
---eflomal-iterations and --eflomal-prefix set how eflomal samples (default: eflomal's own settings).
+--eflomal-iterations and --eflomal-prefix set how eflomal samples (default: eflomal's own settings);
+several --eflomal-prefix values run eflomal once each and keep the links of each direction that a
+majority of the runs found (--eflomal-votes V: at least V runs; --possible-votes V for the
+--possible links).
 Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --out links.txt
   --gold test.naacl --gold-format naacl
   attnmt align --model runs/hansards-rnn --src test.en-fr.en --tgt test.en-fr.fr --method grow-diag
@@ -33,6 +36,8 @@ Examples: attnmt align --vectors vectors/hansards --src test.en --tgt test.fr --
   --src test.en-fr.en --tgt test.en-fr.fr --method intersect --out links.txt --gold test.en-fr.naacl
   attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --out train.links
   attnmt align --eflomal --src train.en.gz --tgt train.fr.gz --method intersect --possible union --out guide.links
+  attnmt align --eflomal --eflomal-prefix 0 5 6 7 --src train.en.gz --tgt train.fr.gz --method intersect
+  --possible union --out guide.links
   attnmt align --model runs/hansards-align-en-fr-120 --model runs/hansards-align-fr-en-120 --threshold 0.6
   --src test.en-fr.en --tgt test.en-fr.fr --out links.txt --gold test.en-fr.naacl
 """
@@ -46,7 +51,8 @@ from attnmt.commands.options import add_device_option, add_hf_option, say
 from attnmt.names import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
-EFLOMAL_OPTIONS = ("also_src", "also_tgt", "possible", "eflomal_samplers", "eflomal_iterations", "eflomal_prefix")
+EFLOMAL_OPTIONS = ("also_src", "also_tgt", "possible", "eflomal_samplers", "eflomal_iterations", "eflomal_prefix",
+                   "eflomal_votes", "possible_votes")
 HF_OPTIONS = ("layer", "head", "shift")  # of any translator, a run or a Hugging Face model
 RUN_OPTIONS = ("checkpoint", "src_lang", "max_tokens", "threads")  # of a run
 VECTOR_OPTIONS = ("temperature", "distortion")
@@ -73,9 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --eflomal: independent samplers whose link marginals are averaged (default 3)")
     parser.add_argument("--eflomal-iterations", type=float, default=None, metavar="X",
                         help="with --eflomal: factor on eflomal's default numbers of iterations (default 1)")
-    parser.add_argument("--eflomal-prefix", type=int, default=None, metavar="K",
+    parser.add_argument("--eflomal-prefix", type=int, nargs="+", default=None, metavar="K",
                         help="with --eflomal: cut every word to its first K characters before counting, a crude "
-                        "stem (default 0: whole words)")
+                        "stem (default 0: whole words); several values: one run each, then a vote (--eflomal-votes)")
+    parser.add_argument("--eflomal-votes", type=int, default=None, metavar="V",
+                        help="with several --eflomal-prefix values: keep a link of either direction when at least V "
+                        "runs found it (default: a majority)")
+    parser.add_argument("--possible-votes", type=int, default=None, metavar="V",
+                        help="with --possible and several --eflomal-prefix values: the votes a possible link needs "
+                        "(default: --eflomal-votes); 1 marks every word any run aligns as aligned")
     parser.add_argument("--vector-weight", type=float, default=None, metavar="W",
                         help="with --vectors and --model: share of vector attention in the geometric mean, "
                         f"in [0, 1] (default {DEFAULT_VECTOR_WEIGHT}); the translators share the rest")
@@ -286,30 +298,57 @@ def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
 
 
 def _eflomal_settings(args: argparse.Namespace):
-    """The EflomalSettings of --eflomal-samplers/-iterations/-prefix (eflomal's defaults where not
-    given); ConfigError for a value out of range."""
-    from attnmt.alignment.eflomal import EflomalSettings
+    """The EflomalSettings of --eflomal-samplers/-iterations/-prefix, one per --eflomal-prefix value
+    (eflomal's defaults where not given), the votes a link needs and the votes a possible link needs;
+    ConfigError for a value out of range or a vote option that does not fit."""
+    from attnmt.alignment.eflomal import EflomalSettings, majority
+    from attnmt.errors import ConfigError
 
-    given = {name: getattr(args, "eflomal_" + name) for name in ("samplers", "iterations", "prefix")}
-    return EflomalSettings(**{name: value for name, value in given.items() if value is not None})
+    given = {name: getattr(args, "eflomal_" + name) for name in ("samplers", "iterations")}
+    common = {name: value for name, value in given.items() if value is not None}
+    settings = [EflomalSettings(**common, prefix=prefix) for prefix in args.eflomal_prefix or [0]]
+    for flag, votes in (("--eflomal-votes", args.eflomal_votes), ("--possible-votes", args.possible_votes)):
+        if votes is not None and len(settings) == 1:
+            raise ConfigError(f"{flag}: only with several --eflomal-prefix values (one run each)")
+        if votes is not None and not 1 <= votes <= len(settings):
+            raise ConfigError(f"{flag} must be from 1 to {len(settings)} (the number of runs), got {votes}")
+    if args.possible_votes is not None and args.possible is None:
+        raise ConfigError("--possible-votes: only with --possible")
+    votes = args.eflomal_votes if args.eflomal_votes is not None else majority(len(settings))
+    return settings, votes, args.possible_votes if args.possible_votes is not None else votes
 
 
 def _eflomal_links(args: argparse.Namespace, src_sentences, tgt_sentences):
-    """eflomal's links of the pairs by --method, aligned together with the --also pairs, and the
-    possible links (those of --possible beyond them; empty sets without --possible)."""
-    from attnmt.alignment.eflomal import directional_links, eflomal_directions, import_eflomal
+    """eflomal's links of the pairs by --method, aligned together with the --also pairs (one run per
+    setting, then the vote), and the possible links (those of --possible beyond them, by their own
+    vote; empty sets without --possible)."""
+    from attnmt.alignment.eflomal import directional_links, eflomal_runs, import_eflomal, voted_directions
 
     import_eflomal()  # before reading --also files: a missing package is the first thing to say
-    settings = _eflomal_settings(args)
+    settings, votes, possible_votes = _eflomal_settings(args)
     also = _read_sentences(args.also_src, args.also_tgt) if args.also_src is not None else None
     extra = f" together with {len(also[0])} pairs of {args.also_src}" if also else ""
     also_possible = f" (and {args.possible} as possible links)" if args.possible else ""
-    say("align", f"eflomal ({settings.describe()}): aligning {len(src_sentences)} pairs{extra} in both "
-                 f"directions, then {args.method}{also_possible}")
-    forward, backward = eflomal_directions(src_sentences, tgt_sentences, also=also, settings=settings, quiet=False)
+    vote = ""
+    if len(settings) > 1:
+        vote = f", then the links at least {votes} of the {len(settings)} runs found"
+        if args.possible and possible_votes != votes:
+            also_possible = (f" (and {args.possible} of the links at least {possible_votes} of the runs found, as "
+                             "possible links)")
+    say("align", f"eflomal ({'; '.join(one.describe() for one in settings)}): aligning {len(src_sentences)} "
+                 f"pairs{extra} in both directions{vote}, then {args.method}{also_possible}")
+
+    def progress(number, one):
+        if len(settings) > 1:
+            say("align", f"eflomal run {number}/{len(settings)}: {one.describe()}")
+
+    runs = eflomal_runs(src_sentences, tgt_sentences, settings, also=also, quiet=False, progress=progress)
+    forward, backward = voted_directions(runs, votes)
     sure = [directional_links(f, b, args.method) for f, b in zip(forward, backward)]
     if args.possible is None:
         return sure, [set() for _ in sure]
+    if possible_votes != votes:
+        forward, backward = voted_directions(runs, possible_votes)
     return sure, [directional_links(f, b, args.possible) - links for f, b, links in zip(forward, backward, sure)]
 
 
