@@ -37,7 +37,10 @@ one with the lowest trial AER is the teacher's figure (section ``"teacher"``). W
 ``--eflomal-samplers``, ``--eflomal-iterations`` and/or ``--eflomal-prefix`` (lists) every
 combination of eflomal's settings is run and scored on trial with every symmetrisation; only the
 trial's choice and eflomal's defaults (rerun as the baseline) are scored on test, and paired
-(section ``"teacher_settings"``).
+(section ``"teacher_settings"``). ``--eflomal-vote`` adds the links those runs agree on
+(``attnmt.alignment.eflomal.voted_directions``: a link of each direction kept when at least V of the
+runs found it, every V, every symmetrisation) to the trial's choices; the best single setting is then
+also scored on test and paired with the choice.
 
 With ``--students EN_FR_RUN FR_EN_RUN`` (two translators guided by the teacher's links) the
 question is the issue's target, test AER <= 0.050 from the translators' own attention: each
@@ -52,7 +55,7 @@ Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`
 in the file are kept). A run trained with guided alignment (``data.train_links``) records its guide
 settings there (``alignment_guide``).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
-or   ``.venv/bin/python benchmarks/alignment.py --teacher [--eflomal-samplers 3 8 --eflomal-prefix 0 5]``
+or   ``.venv/bin/python benchmarks/alignment.py --teacher [--eflomal-samplers 3 8 --eflomal-prefix 0 5] [--eflomal-vote]``
 or   ``.venv/bin/python benchmarks/alignment.py --students runs/hansards-align-en-fr runs/hansards-align-fr-en
      [--section students]``
 or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
@@ -623,8 +626,16 @@ def teacher_main(args) -> int:
 def teacher_settings_main(args) -> int:
     """eflomal sampled otherwise: every combination of --eflomal-samplers/-iterations/-prefix and every
     symmetrisation scored on trial; the trial's choice and eflomal's defaults (the baseline, in the
-    same run, since eflomal is unseeded) scored on test and paired."""
-    from attnmt.alignment.eflomal import EFLOMAL_METHODS, EflomalSettings, directional_links, eflomal_directions
+    same run, since eflomal is unseeded) scored on test and paired. With --eflomal-vote also the vote
+    of all the settings' runs (eflomal_vote), at every number of votes; then the best single setting
+    is scored on test too, and paired with the choice."""
+    from attnmt.alignment.eflomal import (
+        EFLOMAL_METHODS,
+        EflomalSettings,
+        directional_links,
+        eflomal_directions,
+        voted_directions,
+    )
 
     started = time.perf_counter()
     default = EflomalSettings()
@@ -639,50 +650,71 @@ def teacher_settings_main(args) -> int:
     trial, test, training = teacher_inputs()
     cut = len(trial[0])
     grid = [default] + [settings for settings in dict.fromkeys(grid) if settings != default]
-    rows, all_links, seconds = {}, {}, {}
+    rows, all_links, seconds, runs = {}, {}, {}, []
+
+    def add_rows(forward, backward, prefix_name: str, **fields) -> None:
+        for method in EFLOMAL_METHODS:
+            links = [directional_links(f, b, method) for f, b in zip(forward, backward)]
+            trial_aer = alignment_error_rate(links[:cut], trial[2].sure, trial[2].possible)["aer"]
+            rows[f"{prefix_name}, {method}"] = {**fields, "method": method, "trial_aer": round(trial_aer, 4)}
+            all_links[f"{prefix_name}, {method}"] = links
+
     for number, settings in enumerate(grid, 1):
         began = time.perf_counter()
         forward, backward = eflomal_directions(trial[0] + test[0], trial[1] + test[1], also=training,
                                                settings=settings)
         seconds[settings.describe()] = round(time.perf_counter() - began, 1)
-        for method in EFLOMAL_METHODS:
-            links = [directional_links(f, b, method) for f, b in zip(forward, backward)]
-            trial_aer = alignment_error_rate(links[:cut], trial[2].sure, trial[2].possible)["aer"]
-            rows[f"{settings.describe()}, {method}"] = {
-                "samplers": settings.samplers, "iterations": settings.iterations, "prefix": settings.prefix,
-                "method": method, "trial_aer": round(trial_aer, 4)}
-            all_links[f"{settings.describe()}, {method}"] = links
+        runs.append((forward, backward))
+        add_rows(forward, backward, settings.describe(), samplers=settings.samplers, iterations=settings.iterations,
+                 prefix=settings.prefix)
         best_here = chosen_on_trial(rows_of(rows, settings))
         print(f"[{number}/{len(grid)}] {settings.describe()}: {seconds[settings.describe()]:.0f} s, best on trial "
               f"{rows[best_here]['method']} {rows[best_here]['trial_aer']:.4f}", flush=True)
+    single = chosen_on_trial(rows)
+    if args.eflomal_vote:
+        for votes in range(1, len(grid) + 1):
+            add_rows(*voted_directions(runs, votes), f"vote of the {len(grid)} runs, links >= {votes} of them found",
+                     runs=[settings.describe() for settings in grid], votes=votes)
     best = chosen_on_trial(rows)
     baseline = chosen_on_trial(rows_of(rows, default))
-    for name in dict.fromkeys([best, baseline]):  # the only rows scored on test
+    tested = list(dict.fromkeys([best, baseline, *([single] if args.eflomal_vote else [])]))
+    for name in tested:  # the only rows scored on test
         rows[name] = {**rows[name], **scored_row(all_links[name][:cut], all_links[name][cut:], trial, test)}
     test_links = {name: links[cut:] for name, links in all_links.items()}
     print()
-    print(f"eflomal's settings, every symmetrisation on the {cut} trial pairs; test only for the trial's choice "
-          "and for eflomal's defaults")
+    print(f"eflomal's settings, every symmetrisation on the {cut} trial pairs; test only for the trial's choice, "
+          f"eflomal's defaults{' and the best single setting' if args.eflomal_vote else ''}")
     header = f"{'configuration':<72} {'trial':>6} | {'test AER':>8} {'prec':>6} {'recall':>6}"
     print(header)
     print("-" * len(header))
     for name, row in rows.items():
-        tested = (f"{row['aer']:>8.4f} {row['precision']:>6.3f} {row['recall']:>6.3f}" if "aer" in row else "")
-        print(f"{name:<72} {row['trial_aer']:>6.4f} | {tested}")
-    paired = None
-    if best != baseline:
+        scored = (f"{row['aer']:>8.4f} {row['precision']:>6.3f} {row['recall']:>6.3f}" if "aer" in row else "")
+        print(f"{name:<72} {row['trial_aer']:>6.4f} | {scored}")
+
+    def paired_with(other: str) -> dict | None:
+        if best == other:
+            return None
         paired = {key: round(value, 4) for key, value in
-                  paired_bootstrap(test_links[best], test_links[baseline], test[2].sure, test[2].possible).items()}
-        print(f"chosen on trial: {best}, test AER {rows[best]['aer']:.4f}; eflomal's defaults ({baseline}) "
-              f"{rows[baseline]['aer']:.4f}; paired difference {paired['difference']:+.4f} (95% interval "
-              f"{paired['low']:+.4f} to {paired['high']:+.4f}), the choice better in {paired['a_better']:.1%} "
-              "of redraws")
-    else:
-        print(f"chosen on trial: eflomal's defaults, {best}, test AER {rows[best]['aer']:.4f}")
+                  paired_bootstrap(test_links[best], test_links[other], test[2].sure, test[2].possible).items()}
+        print(f"chosen on trial: {best}, test AER {rows[best]['aer']:.4f}; against {other} {rows[other]['aer']:.4f}: "
+              f"paired difference {paired['difference']:+.4f} (95% interval {paired['low']:+.4f} to "
+              f"{paired['high']:+.4f}), the choice better in {paired['a_better']:.1%} of redraws")
+        return paired
+
+    print(f"chosen on trial: {best}, test AER {rows[best]['aer']:.4f}")
+    paired = paired_with(baseline)
+    vote_fields = {}
+    if args.eflomal_vote:
+        vote_fields = {"best_single_setting": single, "best_single_setting_test_aer": rows[single]["aer"],
+                       "paired_with_best_single_setting": paired_with(single)}
     write_section(Path(args.out), args.section or "teacher_settings", {
-        "question": "Does eflomal, the students' teacher, align better when it samples otherwise (more samplers, "
-                    "more iterations, words cut to a prefix)?",
-        "aligner": "eflomal (Östling & Tiedemann, 2016), both directions, EflomalSettings per row",
+        "question": ("Do the links that several eflomal runs agree on (a vote over the settings' runs) make a "
+                     "better teacher than any one run?" if args.eflomal_vote else
+                     "Does eflomal, the students' teacher, align better when it samples otherwise (more samplers, "
+                     "more iterations, words cut to a prefix)?"),
+        "aligner": "eflomal (Östling & Tiedemann, 2016), both directions, EflomalSettings per row"
+                   + ("; vote rows: attnmt.alignment.eflomal.voted_directions over the runs" if args.eflomal_vote
+                      else ""),
         "aligned_together": {"training_pairs": len(training[0]), "trial_pairs": cut, "test_pairs": len(test[0])},
         "words": "split on spaces and lower-cased",
         "rows": rows,
@@ -691,7 +723,8 @@ def teacher_settings_main(args) -> int:
         "test_aer": rows[best]["aer"],
         "baseline_test_aer": rows[baseline]["aer"],
         "paired_with_baseline": paired,
-        "configurations_scored_on_test": len({best, baseline}),
+        **vote_fields,
+        "configurations_scored_on_test": len(tested),
         "note": "eflomal samples without a seed: a second run of the same settings gives other links and "
                 "other trial AERs, so compare settings within one run",
         "chosen_test_links": [format_pharaoh(links) for links in test_links[best]],
@@ -703,10 +736,11 @@ def teacher_settings_main(args) -> int:
 
 
 def rows_of(rows: dict[str, dict], settings) -> dict[str, dict]:
-    """The rows of one EflomalSettings (every symmetrisation)."""
+    """The rows of one EflomalSettings (every symmetrisation; vote rows belong to no one setting)."""
     return {name: row for name, row in rows.items()
-            if (row["samplers"], row["iterations"], row["prefix"]) == (settings.samplers, settings.iterations,
-                                                                       settings.prefix)}
+            if (row.get("samplers"), row.get("iterations"), row.get("prefix")) == (settings.samplers,
+                                                                                   settings.iterations,
+                                                                                   settings.prefix)}
 
 
 def _version(package: str) -> str:
@@ -931,6 +965,9 @@ def main() -> int:
                         help="with --teacher: factors on eflomal's numbers of iterations to try")
     parser.add_argument("--eflomal-prefix", nargs="+", type=int, default=None, metavar="K",
                         help="with --teacher: prefix lengths to try (0 = whole words)")
+    parser.add_argument("--eflomal-vote", action="store_true",
+                        help="with --teacher's settings grid: also the links the grid's runs agree on, at every "
+                        "number of votes (eflomal_vote); the best single setting is then scored on test too")
     parser.add_argument("--students", nargs="+", metavar="RUN", default=None,
                         help="EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]: translators guided by the teacher's "
                         "links, both directions (several of one direction: their geometric mean); the students section")
@@ -953,6 +990,10 @@ def main() -> int:
         return 2
     settings_given = any(value is not None for value in
                          (args.eflomal_samplers, args.eflomal_iterations, args.eflomal_prefix))
+    if args.eflomal_vote and not settings_given:
+        print("--eflomal-vote: only with --teacher and --eflomal-samplers/--eflomal-iterations/--eflomal-prefix",
+              file=sys.stderr)
+        return 2
     if settings_given and not args.teacher:
         print("--eflomal-samplers/--eflomal-iterations/--eflomal-prefix: only with --teacher", file=sys.stderr)
         return 2
