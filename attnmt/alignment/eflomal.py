@@ -167,6 +167,8 @@ def voted_directions(
     pairs = len(runs[0][0])
     if any(len(forward) != pairs or len(backward) != pairs for forward, backward in runs):
         raise ValueError("voted_directions: the runs cover different numbers of pairs")
+    if len(runs) == 1:  # one run (the command's default): its own links, without counting
+        return list(runs[0][0]), list(runs[0][1])
 
     def kept(per_run: Sequence[Links]) -> Links:
         counts = Counter(link for links in per_run for link in links)
