@@ -627,8 +627,8 @@ def teacher_settings_main(args) -> int:
     """eflomal sampled otherwise: every combination of --eflomal-samplers/-iterations/-prefix and every
     symmetrisation scored on trial; the trial's choice and eflomal's defaults (the baseline, in the
     same run, since eflomal is unseeded) scored on test and paired. With --eflomal-vote also the vote
-    of all the settings' runs (eflomal_vote), at every number of votes; then the best single setting
-    is scored on test too, and paired with the choice."""
+    of all the settings' runs (attnmt.alignment.eflomal.voted_directions), at every number of votes;
+    then the best single setting is scored on test too, and paired with the choice."""
     from attnmt.alignment.eflomal import (
         EFLOMAL_METHODS,
         EflomalSettings,
@@ -967,7 +967,7 @@ def main() -> int:
                         help="with --teacher: prefix lengths to try (0 = whole words)")
     parser.add_argument("--eflomal-vote", action="store_true",
                         help="with --teacher's settings grid: also the links the grid's runs agree on, at every "
-                        "number of votes (eflomal_vote); the best single setting is then scored on test too")
+                        "number of votes (voted_directions); the best single setting is then scored on test too")
     parser.add_argument("--students", nargs="+", metavar="RUN", default=None,
                         help="EN_FR_RUN FR_EN_RUN [EN_FR_RUN FR_EN_RUN ...]: translators guided by the teacher's "
                         "links, both directions (several of one direction: their geometric mean); the students section")
