@@ -102,6 +102,22 @@ def test_prefix6_recipes_are_the_null_ones_with_the_prefix6_teacher():
         assert prefix6 == null
 
 
+def test_plustest_recipes_are_the_prefix6_ones_reading_the_trial_and_test_text():
+    """configs/hansards_align_plustest_*.yaml: configs/hansards_align_prefix6_*.yaml trained on the
+    training pairs followed by the trial and test pairs, with the prefix-6 guide extended by empty
+    lines (those pairs train the translation only); nothing else changed."""
+    for direction in ("en_fr", "fr_en"):
+        prefix6 = load_config(CONFIGS / f"hansards_align_prefix6_{direction}.yaml").to_dict()
+        plustest = load_config(CONFIGS / f"hansards_align_plustest_{direction}.yaml").to_dict()
+        src, tgt = direction.split("_")
+        assert [Path(path).name for path in plustest["data"].pop("train")] == [f"train+eval.{src}.gz",
+                                                                               f"train+eval.{tgt}.gz"]
+        assert Path(plustest["data"].pop("train_links")).name == f"train+eval.{src}-{tgt}.prefix6.links"
+        for key in ("train", "train_links"):
+            prefix6["data"].pop(key)
+        assert plustest == prefix6
+
+
 def test_eflomal_guided_transformers_share_the_rnn_recipes_data_and_mirror_each_other():
     rnn = load_config(CONFIGS / "hansards_align_en_fr.yaml").to_dict()
     forward = load_config(CONFIGS / "hansards_align_transformer_en_fr.yaml").to_dict()
