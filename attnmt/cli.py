@@ -4,15 +4,18 @@ Each command lives in ``attnmt/commands/<name>.py`` with two functions:
 ``add_arguments(parser)`` declares its options and ``run(args) -> int`` does the work (importing
 heavy libraries such as torch only there, so ``attnmt --help`` stays fast). Errors a user can
 cause (``attnmt.errors.AttnmtError``) are printed as one line, without a traceback, exit code 2.
+The library's messages name Python parameters (``batch_size=4``, ``overwrite=True``); printed
+here they name the command's options instead (``--batch-size 4``, ``--overwrite``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
-from attnmt import __version__
+from attnmt._version import __version__
 from attnmt.errors import AttnmtError
 
 # command name -> (module under attnmt.commands, one-line help)
@@ -30,6 +33,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: library parameters whose command-line option has another name
+PARAMETER_OPTIONS = {"set_options": "--set", "num_threads": "--threads"}
+
+
+def in_command_words(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` with each ``parameter=True`` the command has an option for written as
+    ``--option``, and each ``parameter=value`` as ``--option value``."""
+    options = {}
+    for action in parser._actions:
+        long = [option for option in action.option_strings if option.startswith("--")]
+        if long:
+            options[action.dest] = long[0]
+    options.update({parameter: option for parameter, option in PARAMETER_OPTIONS.items()
+                    if option in options.values()})
+    if not options:
+        return message
+    names = "|".join(sorted(map(re.escape, options), key=len, reverse=True))
+
+    def as_option(match: re.Match) -> str:
+        option = options[match.group(1)]
+        return option if match.group(2) else f"{option} "
+
+    return re.sub(rf"(?<![\w.-])({names})=(True\b)?", as_option, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnmt",
@@ -44,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=help_text, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
         )
         module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, command_parser=sub)
     return parser
 
 
@@ -65,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except AttnmtError as error:
-        print(f"attnmt {args.command}: error: {error}", file=sys.stderr)
+        print(f"attnmt {args.command}: error: {in_command_words(str(error), args.command_parser)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"attnmt {args.command}: interrupted", file=sys.stderr)

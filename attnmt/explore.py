@@ -35,8 +35,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnmt.attention.reference import scaled_dot_product_attention
-from attnmt.files import atomic_writer
-from attnmt.tables import format_table
+from attnmt.runtime.atomic_files import atomic_writer
+from attnmt.runtime.tables import format_table
 
 __all__ = [
     "DEFAULT_BETAS",
@@ -781,7 +781,7 @@ def _new_figure(columns: int, title: str):
 
 
 def _save_png(figure, path: str | os.PathLike) -> Path:
-    """Write the figure to path atomically (``attnmt.files``)."""
+    """Write the figure to path atomically (``attnmt.runtime.atomic_files``)."""
     FigureCanvasAgg(figure)
     with atomic_writer(path) as stream:
         figure.savefig(stream, format="png", dpi=110)

@@ -1,83 +1,13 @@
-"""Attention in Jupyter: translations render inline as the interactive viewer of ``attnmt view``.
+"""Deprecated since 0.2.0, removed in 0.3: ``attnmt.notebook`` is now ``attnmt.visual.notebook``.
 
-``attnmt.show(translator, sentences, beam=5)`` translates and returns an ``AttentionView``; as
-the last expression of a cell it renders as the viewer (one heatmap per sentence, per head for
-multi-head models). ``Translator.translate`` returns ``Translations``, a list that renders the
-same way when its translations carry their attention (``return_attention=True``).
-
-The viewer is the self-contained page of ``attnmt.plotting.attention_viewer_page`` (inline CSS
-and JavaScript, no network) inside an ``<iframe srcdoc=...>``: its script and styles stay apart
-from the notebook's, and it runs alike in JupyterLab, the classic Notebook, VS Code and Colab.
+Its public names are also on the package itself (``attnmt.show``). Importing this module
+still works and warns once.
 """
 
-from __future__ import annotations
+import warnings
 
-import html
-from collections.abc import Mapping, Sequence
-from typing import Any
+from attnmt.visual.notebook import *  # noqa: F403 (this old path gives the new module's public names)
+from attnmt.visual.notebook import __all__  # noqa: F401
 
-import numpy as np
-
-from attnmt.plotting import attention_viewer_page, merge_subwords, write_attention_viewer
-from attnmt.viewing import view_examples
-
-__all__ = ["AttentionView", "show", "translation_example"]
-
-ROW_PIXELS = 26  # a heatmap row of the viewer, about
-
-
-class AttentionView:
-    """Viewer examples (``write_attention_viewer``'s dicts) that render as the viewer in a notebook.
-
-    ``view.save(path)`` writes the same page as a file; ``view.html()`` gives its text."""
-
-    def __init__(self, examples: Sequence[Mapping[str, Any]], title: str = "attnmt attention viewer") -> None:
-        self.examples = list(examples)
-        self.title = title
-
-    def html(self) -> str:
-        return attention_viewer_page(self.examples, self.title)
-
-    def save(self, path, overwrite: bool = True):
-        return write_attention_viewer(self.examples, path, self.title, overwrite=overwrite)
-
-    def _height(self) -> int:
-        """Room for the folded examples and the first one open, which is all the iframe shows at once."""
-        first = self.examples[0] if self.examples else {}
-        rows = len(first.get("out_tokens", []))
-        return min(900, 230 + 48 * len(self.examples) + ROW_PIXELS * rows)
-
-    def _repr_html_(self) -> str:
-        return (f'<iframe class="attnmt-viewer" srcdoc="{html.escape(self.html(), quote=True)}" '
-                f'style="width: 100%; height: {self._height()}px; border: 1px solid #ddd;" '
-                f'title="{html.escape(self.title, quote=True)}"></iframe>')
-
-    def __repr__(self) -> str:
-        return f"AttentionView({len(self.examples)} examples)"
-
-
-def translation_example(translation) -> dict[str, Any]:
-    """A viewer example of one ``Translation`` with its attention (the search's own matrix),
-    merged from subword pieces into words."""
-    weights, src_words, out_words = merge_subwords(
-        np.asarray(translation.attention, dtype=np.float64), translation.src_pieces, translation.out_pieces
-    )
-    return {"source": translation.source, "output": translation.output, "src_tokens": src_words,
-            "out_tokens": out_words, "weights": weights, "meta": {"log P": round(translation.score, 2)}}
-
-
-def show(
-    translator,
-    sentences: str | Sequence[str],
-    beam: int | None = None,
-    references: Sequence[str] | None = None,
-    merge_pieces: bool = True,
-    title: str | None = None,
-) -> AttentionView:
-    """Translate ``sentences`` (one string or several) and return their attention as an
-    ``AttentionView``: in a notebook, the interactive viewer; per head for multi-head models."""
-    if isinstance(sentences, str):
-        sentences = [sentences]
-    examples = view_examples(translator, list(sentences), references=references, beam=beam,
-                             merge_pieces=merge_pieces)
-    return AttentionView(examples, title or f"attnmt: {len(examples)} translation{'s' if len(examples) != 1 else ''}")
+warnings.warn("attnmt.notebook is deprecated; import from attnmt (e.g. attnmt.show) or attnmt.visual.notebook",
+              DeprecationWarning, stacklevel=2)

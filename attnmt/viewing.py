@@ -1,127 +1,13 @@
-"""Examples for the HTML attention viewer (``attnmt view``): translations with their attention,
-per head when the model has several.
+"""Deprecated since 0.2.0, removed in 0.3: ``attnmt.viewing`` is now ``attnmt.visual.examples``.
 
-For each source sentence the translator's search (greedy or beam) gives the output and its
-attention ``[T, S]`` — the weights each output token put on the source pieces, EOS included on
-both sides. Models with several heads also get one matrix per head, computed by *force-decoding*
-the produced output: ``model.forward(src, src_mask, tgt_in = BOS + output tokens,
-return_attention="heads")`` under teacher forcing reproduces the weights of the incremental
-search step by step (the decoder sees exactly the tokens it produced), and returns
-
-    RNN with the ``multihead`` mechanism:  [1, h, T, S]          -> "head 1" … "head h"
-    Transformer:                            [1, N_dec, h, T, S]   -> "layer l / head j"
-
-plus "average", the matrix the search itself reports (the mean over the heads — of the last
-decoder layer for a Transformer), which the viewer shows first. Matrices over subword pieces are
-merged into words (``attnmt.plotting.merge_subwords``: summed over a source word's pieces,
-averaged over an output word's pieces) unless ``merge_pieces`` is False.
+Its public names are also on the package itself (``attnmt.view_examples``). Importing this module
+still works and warns once.
 """
 
-from __future__ import annotations
+import warnings
 
-from collections.abc import Sequence
-from typing import Any
+from attnmt.visual.examples import *  # noqa: F403 (this old path gives the new module's public names)
+from attnmt.visual.examples import __all__  # noqa: F401
 
-import numpy as np
-import torch
-from sacrebleu.metrics import BLEU
-
-from attnmt.plotting import merge_subwords
-from attnmt.special_tokens import BOS_ID
-
-
-def force_decoded_attention(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> np.ndarray:
-    """The cross-attention of every decoder layer and head for the output ``out_ids`` (ending with
-    EOS) given ``src_ids`` (ending with EOS), by teacher forcing on BOS + out_ids[:-1]:
-    [L, h, T, S] in float64, T = len(out_ids), S = len(src_ids)."""
-    device = next(model.parameters()).device
-    src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)
-    src_mask = torch.ones_like(src, dtype=torch.bool)
-    tgt_in = torch.tensor([[BOS_ID] + list(out_ids)[:-1]], dtype=torch.long, device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            _, weights = model(src, src_mask, tgt_in, return_attention="heads")
-    finally:
-        model.train(was_training)
-    return weights[0].double().cpu().numpy()
-
-
-def named_heads(weights: np.ndarray) -> dict[str, np.ndarray] | None:
-    """[L, h, T, S] as named matrices: ``{"head 1": [T, S], ...}`` for one layer of attention over
-    the source (the RNN) and ``{"layer 1 / head 1": [T, S], ...}`` for several (a Transformer);
-    None for one layer with one head."""
-    layers, heads = weights.shape[:2]
-    if layers * heads <= 1:
-        return None
-    return {
-        (f"layer {layer + 1} / head {head + 1}" if layers > 1 else f"head {head + 1}"): weights[layer, head]
-        for layer in range(layers)
-        for head in range(heads)
-    }
-
-
-def force_decoded_heads(model, src_ids: Sequence[int], out_ids: Sequence[int]) -> dict[str, np.ndarray] | None:
-    """``named_heads`` of ``force_decoded_attention``; None for a model with one layer and one head."""
-    if model.cross_attention_layers * model.attention_heads <= 1:
-        return None
-    return named_heads(force_decoded_attention(model, src_ids, out_ids))
-
-
-def view_examples(
-    translator,
-    sources: Sequence[str],
-    references: Sequence[str] | None = None,
-    beam: int | None = None,
-    merge_pieces: bool = True,
-    batch_size: int | None = None,
-    progress: bool = False,
-) -> list[dict[str, Any]]:
-    """Translate ``sources`` and return one ``write_attention_viewer`` example dict per sentence.
-
-    Each has the source, output and reference texts, the tokens (words, or pieces when
-    ``merge_pieces`` is False, EOS shown as ``</s>``), ``weights`` [T, S] for a single-head model or
-    ``heads`` {"average", per-head matrices} (module docstring), and ``meta``: sentence BLEU
-    (sacrebleu, against the reference), the log-probability of the output and the beam size.
-    """
-    if references is not None and len(references) != len(sources):
-        raise ValueError(f"{len(sources)} sources but {len(references)} references")
-    beam = translator.search.beam if beam is None else beam
-    translations = translator.translate(
-        list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
-    )
-    sentence_bleu = BLEU(effective_order=True)
-    examples = []
-    for index, translation in enumerate(translations):
-        src_pieces, out_pieces = translation.src_pieces, translation.out_pieces
-        matrices: dict[str, np.ndarray] = {"average": np.asarray(translation.attention, dtype=np.float64)}
-        heads = named_heads(translator.layer_head_attention(translation))
-        if heads is not None:
-            matrices.update(heads)
-        src_tokens, out_tokens = list(src_pieces), list(out_pieces)
-        if merge_pieces:
-            merged = {}
-            for name, matrix in matrices.items():
-                merged[name], src_tokens, out_tokens = merge_subwords(matrix, src_pieces, out_pieces)
-            matrices = merged
-        meta: dict[str, Any] = {}
-        reference = None if references is None else references[index]
-        if reference is not None:
-            meta["BLEU"] = round(sentence_bleu.sentence_score(translation.output, [reference]).score, 1)
-        meta["log P"] = round(translation.score, 2)
-        meta["beam"] = beam
-        example: dict[str, Any] = {
-            "source": translation.source,
-            "output": translation.output,
-            "reference": reference,
-            "src_tokens": src_tokens,
-            "out_tokens": out_tokens,
-            "meta": meta,
-        }
-        if heads is None:
-            example["weights"] = matrices["average"]
-        else:
-            example["heads"] = matrices
-        examples.append(example)
-    return examples
+warnings.warn("attnmt.viewing is deprecated; import from attnmt (e.g. attnmt.view_examples) or attnmt.visual.examples",
+              DeprecationWarning, stacklevel=2)

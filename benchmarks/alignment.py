@@ -15,7 +15,7 @@ Protocol
 - English is the source side, as in the NAACL files (``sent en_pos fr_pos``).
 
 With ``--run RUN`` the question is the same for a trained translator's attention instead
-(``attnmt.alignment.translator``): each gold pair is force-decoded (teacher forcing on the given
+(``attnmt.alignment.translator_attention``): each gold pair is force-decoded (teacher forcing on the given
 French), the attention merged from pieces to words with EOS dropped, and the links extracted with
 every method. The reading — decoder layer, head (or the mean over heads) and output/input row
 (``shift``) — is chosen per method on the 37 trial pairs only; the test set is scored once per
@@ -92,9 +92,9 @@ from attnmt.alignment import (  # noqa: E402
     vector_attention,
 )
 from attnmt.data.corpus import read_lines, read_parallel  # noqa: E402
-from attnmt.data.links import format_pharaoh  # noqa: E402
+from attnmt.data.link_files import format_pharaoh  # noqa: E402
 from attnmt.errors import ConfigError  # noqa: E402
-from attnmt.files import write_text_atomic  # noqa: E402
+from attnmt.runtime.atomic_files import write_text_atomic  # noqa: E402
 from portable import portable  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -380,7 +380,7 @@ def translator_main(args) -> int:
 
     import torch
 
-    from attnmt.alignment.translator import TranslatorAligner
+    from attnmt.alignment.translator_attention import TranslatorAligner
 
     started = time.perf_counter()
     aligner = TranslatorAligner(args.run, args.checkpoint, src_lang="en", max_tokens=args.max_tokens,
@@ -483,7 +483,7 @@ def translator_main(args) -> int:
 
 def combination_section(args, aligner, trial, test, trial_forced, test_forced, default) -> dict:
     """Force-decode with ``--reverse-run``, load ``--vectors``, score the combinations, print a table."""
-    from attnmt.alignment.translator import TranslatorAligner
+    from attnmt.alignment.translator_attention import TranslatorAligner
 
     if args.reverse_run is None and args.vectors is None:
         return {}
@@ -802,7 +802,7 @@ def students_main(args) -> int:
 
     from attnmt.alignment import (add_confident_links, combine_weights, src2tgt_links, symmetrize,
                                   tgt2src_links, threshold_links)
-    from attnmt.alignment.translator import TranslatorAligner
+    from attnmt.alignment.translator_attention import TranslatorAligner
 
     started = time.perf_counter()
     trial, test = read_gold_split("trial", lowercase=False), read_gold_split("test", lowercase=False)

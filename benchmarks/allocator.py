@@ -23,8 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from attnmt.files import write_text_atomic
-from attnmt.tables import format_table
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
 from portable import portable
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ import torch
 
 from attnmt.data import make_batches
 from attnmt.models import build_model
-from attnmt.tables import format_table
+from attnmt.runtime.tables import format_table
 from attnmt.training import backward_on_batch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "compile.json"

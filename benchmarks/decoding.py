@@ -1,6 +1,6 @@
 """Decoding speed: batched beam search against one sentence at a time, and across beam sizes.
 
-Question 1: how much faster is ``attnmt.search.beam_search`` on many sentences at once (all
+Question 1: how much faster is ``attnmt.decoding.search.beam_search`` on many sentences at once (all
 sentences × all beams in one tensor per step) than the same search run sentence by sentence, and
 does it find exactly the same translations? Beam size 5 (``--beam``); batches of 1, 16 and 64
 sentences (``--batch-sizes``; 64 is the translator's default), made by
@@ -47,9 +47,9 @@ from pathlib import Path
 import torch
 
 from attnmt.data import batches_for_inference
-from attnmt.files import write_text_atomic
+from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.models import build_model, count_parameters
-from attnmt.search import beam_search
+from attnmt.decoding.search import beam_search
 from portable import portable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def run_setup(run: str, source: str | None, sentences: int):
     """The run's model, the first ``sentences`` source sentences as ids, a description and the
     run's search settings."""
     from attnmt.data.corpus import read_lines
-    from attnmt.translator import Translator
+    from attnmt.decoding.translator import Translator
 
     translator = Translator.load(run)
     if source is None:
@@ -91,7 +91,7 @@ def run_setup(run: str, source: str | None, sentences: int):
     ids = translator.tokenizers.src.encode_many(lines)
     config = translator.run_config.to_dict().get("model", {})
     description = f"trained run {run} ({config.get('type')}, {config.get('attention')}), {len(ids)} lines of {source}"
-    search = dict(alpha=translator.search.alpha, max_len_a=translator.search.max_len_a, max_len_b=translator.search.max_len_b)
+    search = dict(alpha=translator.search_config.alpha, max_len_a=translator.search_config.max_len_a, max_len_b=translator.search_config.max_len_b)
     return translator.model, ids, description, search
 
 
@@ -100,14 +100,14 @@ def decode_one_at_a_time(model, ids, beam, search):
     for sentence in ids:
         src = torch.tensor([list(sentence) + [EOS]])
         mask = torch.ones_like(src, dtype=torch.bool)
-        outputs.append(beam_search(model, src, mask, beam_size=beam, return_attention=True, **search)[0][0])
+        outputs.append(beam_search(model, src, mask, beam=beam, return_attention=True, **search)[0][0])
     return outputs
 
 
 def decode_batched(model, ids, beam, batch_size, search):
     outputs = [None] * len(ids)
     for batch in batches_for_inference(ids, batch_size=batch_size):
-        found = beam_search(model, batch.src, batch.src_mask, beam_size=beam, return_attention=True, **search)
+        found = beam_search(model, batch.src, batch.src_mask, beam=beam, return_attention=True, **search)
         for index, n_best in zip(batch.indices, found):
             outputs[index] = n_best[0]
     return outputs

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import recipe
 from attnmt.cli import main as attnmt_cli
-from attnmt.files import write_text_atomic
-from attnmt.tables import format_table
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
 from portable import portable
 
 PROJECT = Path(__file__).resolve().parents[1]

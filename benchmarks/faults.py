@@ -56,11 +56,11 @@ from pathlib import Path
 import torch
 import yaml
 
-from attnmt.checkpoint import load_checkpoint
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.errors import CheckpointError
-from attnmt.files import write_text_atomic
-from attnmt.tables import format_table
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
 from portable import portable
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from attnmt.files import write_text_atomic
-from attnmt.tables import format_table
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
 from portable import portable
 
 

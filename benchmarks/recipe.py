@@ -20,7 +20,7 @@ import platform
 import sys
 from pathlib import Path
 
-from attnmt.files import write_text_atomic
+from attnmt.runtime.atomic_files import write_text_atomic
 from portable import portable
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from attnmt.cli import main as attnmt
-    from attnmt.evaluation import evaluate_run
+    from attnmt.evaluation.evaluate import evaluate_run
     from attnmt.models import count_parameters
 
     if args.run:

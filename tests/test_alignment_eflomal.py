@@ -22,7 +22,7 @@ from attnmt.alignment.eflomal import (
 )
 from attnmt.cli import main
 from attnmt.errors import ConfigError, DataError
-from attnmt.names import SYMMETRIZATIONS
+from attnmt.runtime.choices import SYMMETRIZATIONS
 
 NOUNS = {"cat": "chat", "dog": "chien", "house": "maison", "car": "voiture", "tree": "arbre", "boat": "bateau"}
 ADJECTIVES = {"red": "rouge", "big": "grand", "small": "petit", "green": "vert"}
@@ -278,7 +278,7 @@ def test_eflomal_runs_runs_each_setting_once(monkeypatch):
 def test_align_eflomal_several_prefixes_vote_and_write_the_agreed_links(tmp_path, capsys, monkeypatch):
     pytest.importorskip("eflomal")
     import attnmt.alignment.eflomal as eflomal_module
-    from attnmt.data.links import read_pharaoh_alignments
+    from attnmt.data.link_files import read_pharaoh_alignments
 
     # three runs; (2, 2) is found by two runs forward and all three backward, (2, 1) by one run only
     answers = {0: ([{(0, 0), (1, 1), (2, 2)}], [{(0, 0), (1, 1), (2, 2)}]),
@@ -363,7 +363,7 @@ def test_align_eflomal_command_aligns_scores_and_writes_links(tmp_path, capsys):
 
 def test_align_eflomal_possible_writes_the_rest_of_the_union_as_possible_links(tmp_path, capsys):
     pytest.importorskip("eflomal")
-    from attnmt.data.links import read_pharaoh_alignments
+    from attnmt.data.link_files import read_pharaoh_alignments
 
     src, tgt, _ = synthetic_pairs(300, seed=4)
     src_path, tgt_path = write_lines(tmp_path / "train.en", src), write_lines(tmp_path / "train.fr", tgt)
@@ -385,7 +385,7 @@ def test_align_eflomal_possible_writes_the_rest_of_the_union_as_possible_links(t
 def test_align_eflomal_possible_splits_fixed_directions_into_sure_and_possible(tmp_path, capsys, monkeypatch):
     pytest.importorskip("eflomal")
     import attnmt.alignment.eflomal as eflomal_module
-    from attnmt.data.links import read_pharaoh_alignments
+    from attnmt.data.link_files import read_pharaoh_alignments
 
     # pair 1: 'is asleep' -> 'dort', the forward direction links both words, the backward one one;
     # pair 2: the directions agree
@@ -438,7 +438,7 @@ def test_align_eflomal_options_that_do_not_fit_are_one_line_errors(tmp_path, cap
 
 
 def test_every_eflomal_method_is_a_link_method():
-    from attnmt.names import LINK_METHODS
+    from attnmt.runtime.choices import LINK_METHODS
 
     assert set(EFLOMAL_METHODS) <= set(LINK_METHODS)
     assert set(SYMMETRIZATIONS) <= set(EFLOMAL_METHODS)

@@ -1,4 +1,4 @@
-"""Guided alignment (attnmt.data.links targets, attnmt.models.losses loss): the piece targets, the batch tensor, the loss against
+"""Guided alignment (attnmt.data.link_files targets, attnmt.models.losses loss): the piece targets, the batch tensor, the loss against
 a float64 reference, bad links files, config checks, and a trainer run whose attention learns links
 it would never find by itself (a reversed word order on a word-for-word task)."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnmt.alignment.translator import word_pieces
-from attnmt.data.links import AlignmentGuide, piece_targets
+from attnmt.alignment.translator_attention import word_pieces
+from attnmt.data.link_files import AlignmentGuide, piece_targets
 from attnmt.models.losses import guided_alignment_loss, select_attention
-from attnmt.config import TrainingConfig
+from attnmt.runs.run_config import TrainingConfig
 from attnmt.data import DataConfig
 from attnmt.data.corpus import read_parallel
 from attnmt.data.tokenizer import train_tokenizers
@@ -237,7 +237,7 @@ def reversed_links(folder, name: str, pairs) -> None:
 
 @pytest.mark.parametrize("attention,head,shift", [("general", None, False), ("multihead", 1, True)])
 def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head, shift):
-    from attnmt.alignment.translator import TranslatorAligner
+    from attnmt.alignment.translator_attention import TranslatorAligner
 
     config = tiny_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
@@ -266,7 +266,7 @@ def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head
 
 
 def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unaligned(tmp_path):
-    from attnmt.alignment.translator import TranslatorAligner
+    from attnmt.alignment.translator_attention import TranslatorAligner
 
     config = tiny_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
@@ -306,7 +306,7 @@ def test_guide_needs_attention_and_a_head_the_model_has(tmp_path):
 
 @pytest.mark.parametrize("layer,head", [(0, 2), (1, None)])
 def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(layer, head):
-    from attnmt.config import RunConfig
+    from attnmt.runs.run_config import RunConfig
     from attnmt.data import make_batches
     from attnmt.models.losses import token_losses
     from attnmt.models import build_model
@@ -340,9 +340,9 @@ def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(laye
 
 
 def test_guided_reading_comes_from_the_run_config():
-    from attnmt.alignment.translator import guided_reading
+    from attnmt.alignment.translator_attention import guided_reading
 
-    from attnmt.config import RunConfig
+    from attnmt.runs.run_config import RunConfig
 
     def run_config(train_links, **training):
         return RunConfig.from_dict({"data": {"train": ["a", "b"], "train_links": train_links}, "training": training})

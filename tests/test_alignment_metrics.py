@@ -277,7 +277,7 @@ def test_paired_bootstrap_of_an_aligner_with_itself_and_with_the_gold():
 
 
 def test_bootstrap_in_blocks_draws_what_one_block_would(monkeypatch):
-    from attnmt.alignment import metrics
+    from attnmt.alignment import aer as metrics
 
     predicted, sure, possible = _random_corpus(5, 40)
     whole = bootstrap_aers(predicted, sure, possible, samples=50, seed=5)

@@ -1,4 +1,4 @@
-"""Alignment from a translator's attention (attnmt.alignment.translator and `attnmt align --model`),
+"""Alignment from a translator's attention (attnmt.alignment.translator_attention and `attnmt align --model`),
 on tiny runs trained here for a few steps on made-up data (test_training's helpers): word spans of
 sentencepiece pieces, merging to words, EOS removal, layer/head choice, direction, batching, CLI."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnmt.alignment import align_corpus, alignment_error_rate, read_pharaoh_alignments
-from attnmt.alignment.translator import (
+from attnmt.alignment.translator_attention import (
     TranslatorAligner,
     merge_spans,
     piece_to_word_weights,
@@ -20,8 +20,8 @@ from attnmt.alignment.translator import (
 from attnmt.cli import main as cli_main
 from attnmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from attnmt.errors import ConfigError
-from attnmt.plotting import merge_subwords
-from attnmt.translator import Translator
+from attnmt.data.pieces import merge_subwords
+from attnmt.decoding.translator import Translator
 from test_training import make_pairs, run_trainer, tiny_config
 
 MODELS = {

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnmt.attention.functional import padding_mask
-from attnmt.data.links import (
+from attnmt.data.link_files import (
     check_link_range,
     piece_targets,
     read_naacl_alignments,
@@ -17,7 +17,7 @@ from attnmt.data.links import (
 )
 from attnmt.errors import DataError
 from attnmt.models import build_model
-from attnmt.search import _max_lengths, beam_search, greedy_search
+from attnmt.decoding.search import _max_lengths, beam_search, greedy_search
 from tests.test_search import BigramToy
 
 
@@ -101,7 +101,7 @@ def test_search_output_reaches_its_length_limit_and_not_one_more():
     # The toy's greedy path (A, A, A, ...) never chooses EOS: it stops only at the limit, exactly there.
     assert len(greedy_search(BigramToy(), src, mask, max_len_a=1.5, max_len_b=1)[0].tokens) == 4
     assert len(greedy_search(BigramToy(), src, mask, max_len_a=0.0, max_len_b=3)[0].tokens) == 3
-    beams = beam_search(BigramToy(), src, mask, beam_size=2, max_len_a=1.5, max_len_b=1, n_best=2)[0]
+    beams = beam_search(BigramToy(), src, mask, beam=2, max_len_a=1.5, max_len_b=1, n_best=2)[0]
     assert max(len(h.tokens) for h in beams) <= 4
 
 

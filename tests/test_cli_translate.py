@@ -15,7 +15,7 @@ import yaml
 
 from attnmt.cli import main as cli_main
 from attnmt.errors import ConfigError
-from attnmt.translator import Translator
+from attnmt.decoding.translator import Translator
 from tests.test_training import make_pairs
 
 
@@ -155,7 +155,7 @@ def test_a_bad_stdin_line_costs_only_its_own_translation(trained, capsys, monkey
 def test_a_search_too_big_for_the_machine_is_refused_before_it_starts(trained, capsys, monkeypatch):
     assert cli_main(["translate", str(trained), "Ein Hund.", "--beam", "1000000"]) == 2
     assert "beam 1000000: at most the target vocabulary size, 60" in capsys.readouterr().err
-    monkeypatch.setattr("attnmt.translator.available_memory", lambda device: 2**30)  # a machine with 1 GiB free
+    monkeypatch.setattr("attnmt.decoding.translator.available_memory", lambda device: 2**30)  # a machine with 1 GiB free
     # "Ein Hund." is 11 pieces with EOS, so outputs of up to 1.0 * 11 + 5 = 16 tokens; a row holds
     # 60 tokens x 16 bytes + 17 ids x 8 bytes = 1,096 bytes: 64 sentences x beam 60 (4.0 MiB) fit,
     # 10,000 (0.61 GiB, more than half of 1 GiB) do not, and 2**29 // (60 * 1096) = 8,164 would.
@@ -172,12 +172,12 @@ def test_the_longest_output_counts_in_what_a_search_needs(trained, monkeypatch):
     """With search.max_len_b = 1000 each of 64 x 10 rows may keep 1,012 token ids (8 bytes) and their
     attention over the 11 pieces of "Ein Hund." (44 bytes): 34 MB, more than half of 16 MiB free."""
     translator = Translator.load(trained)
-    monkeypatch.setattr("attnmt.translator.available_memory", lambda device: 16 * 2**20)
+    monkeypatch.setattr("attnmt.decoding.translator.available_memory", lambda device: 16 * 2**20)
     assert translator.translate(["Ein Hund."] * 64, beam=10, batch_size=64, return_attention=True)  # 17 ids: fits
-    translator.search = replace(translator.search, max_len_b=1000)
+    translator.search_config = replace(translator.search_config, max_len_b=1000)
     assert translator.search_bytes(10, 64, 11, True) == 64 * 10 * (60 * 16 + 1012 * (8 + 11 * 4))
     with pytest.raises(ConfigError, match=r"outputs of up to 1011 tokens needs about 33 MiB, more than half of "
-                                          r"the 16 MiB free on cpu; use --batch-size 15 or less"):
+                                          r"the 16 MiB free on cpu; use batch_size=15 or less"):
         translator.translate(["Ein Hund."] * 64, beam=10, batch_size=64, return_attention=True)
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import attnmt.training.trainer
-from attnmt.checkpoint import load_checkpoint
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
-from attnmt.comparison import Statistics, compare_mechanisms, eval_json_path, run_folder
+from attnmt.training.comparison import Statistics, compare_mechanisms, eval_json_path, run_folder
 from test_training import save_yaml, tiny_config, write_corpus
 
 MECHANISMS = ["dot", "mean"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.config import load_config
+from attnmt.runs.run_config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

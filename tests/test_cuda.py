@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnmt.checkpoint import load_checkpoint
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.data import make_batches
 from attnmt.models import build_model
-from attnmt.search import beam_search, greedy_search
+from attnmt.decoding.search import beam_search, greedy_search
 from attnmt.training import backward_on_batch
-from attnmt.translator import Translator
+from attnmt.decoding.translator import Translator
 from tests.test_training import make_pairs, run_trainer, save_yaml, tiny_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; this machine has none")
@@ -62,11 +62,11 @@ def test_search_gives_the_same_tokens_on_cpu_and_cuda(name):
     model = build_model(dict(MODELS[name]), VOCAB, VOCAB).eval()
     batch = _batch()
     cpu_greedy = [h.tokens for h in greedy_search(model, batch.src, batch.src_mask, max_len_a=1.0, max_len_b=4)]
-    cpu_beam = [n[0].tokens for n in beam_search(model, batch.src, batch.src_mask, beam_size=3, max_len_a=1.0, max_len_b=4)]
+    cpu_beam = [n[0].tokens for n in beam_search(model, batch.src, batch.src_mask, beam=3, max_len_a=1.0, max_len_b=4)]
     model.cuda()
     on_cuda = batch.to("cuda")
     assert [h.tokens for h in greedy_search(model, on_cuda.src, on_cuda.src_mask, max_len_a=1.0, max_len_b=4)] == cpu_greedy
-    assert [n[0].tokens for n in beam_search(model, on_cuda.src, on_cuda.src_mask, beam_size=3, max_len_a=1.0,
+    assert [n[0].tokens for n in beam_search(model, on_cuda.src, on_cuda.src_mask, beam=3, max_len_a=1.0,
                                              max_len_b=4)] == cpu_beam
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attnmt.cli import main as cli_main
-from attnmt.curves import read_curves
+from attnmt.visual.curves import read_curves
 from attnmt.errors import DataError
 from test_training import run_trainer, save_yaml, tiny_config
 

@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from attnmt.checkpoint import load_checkpoint
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
-from attnmt.device import check_device_name, resolve_device
+from attnmt.runtime.device import check_device_name, resolve_device
 from attnmt.errors import ConfigError
-from attnmt.precision import autocast, grad_scaler
+from attnmt.runtime.precision import autocast, grad_scaler
 from tests.test_training import comparable, run_trainer, save_yaml, tiny_config
 
 NO_CUDA = not torch.cuda.is_available()
@@ -33,7 +33,7 @@ def test_device_names():
 
 @pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")
 def test_asking_for_cuda_without_it_is_a_clear_error(tmp_path, capsys):
-    with pytest.raises(ConfigError, match=r"device cuda:1: CUDA is not available on this machine .*use --device cpu"):
+    with pytest.raises(ConfigError, match=r"device cuda:1: CUDA is not available on this machine .*use device=cpu"):
         resolve_device("cuda:1")
     path = save_yaml(tmp_path, tiny_config(tmp_path))
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "run"), "--device", "cuda",

@@ -61,7 +61,7 @@ def _worker(rank: int, folder: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from attnmt.config import load_config
+    from attnmt.runs.run_config import load_config
     from attnmt.data import collate
     from attnmt.models import build_model
     from attnmt.training import DistributedContext, Trainer, backward_on_batch
@@ -99,7 +99,7 @@ def _worker(rank: int, folder: str) -> None:
 def test_ddp_step_equals_single_process_step_and_trainer_runs(tmp_path):
     import torch.multiprocessing as mp
 
-    from attnmt.checkpoint import load_checkpoint
+    from attnmt.runs.checkpoint import load_checkpoint
     from attnmt.data import collate
     from attnmt.models import build_model
     from attnmt.training import backward_on_batch

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmt.config import SearchConfig
-from attnmt.evaluation import bleu, corpus_scores, perplexity, perplexity_from_sums
+from attnmt.runs.run_config import SearchConfig
+from attnmt.evaluation.scores import bleu, corpus_scores, perplexity, perplexity_from_sums
 from attnmt.models.losses import token_losses
-from attnmt.tables import format_table
+from attnmt.runtime.tables import format_table
 
 
 
@@ -140,7 +140,7 @@ def test_tables():
 
 
 def test_translator_keeps_order_and_returns_attention():
-    from attnmt.translator import Translator
+    from attnmt.decoding.translator import Translator
 
     model, tokenizers, src, _ = _tiny_model_and_tokenizers()
     translator = Translator(model, tokenizers, SearchConfig(max_len_a=1.0, max_len_b=3))

@@ -13,8 +13,8 @@ import pytest
 import attnmt
 from attnmt.cli import main as cli_main
 from attnmt.errors import DataError
-from attnmt.export import attention_records
-from attnmt.translator import Translator
+from attnmt.visual.export import attention_records
+from attnmt.decoding.translator import Translator
 from test_view import tiny_run  # noqa: F401  (the module's runs: sdp, multihead, transformer)
 
 SENTENCES = ["Ein Hund läuft.", "Eine Frau sitzt im Park.", "Ein Mann."]

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import attnmt.files
-from attnmt.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint
+import attnmt.runtime.atomic_files
+from attnmt.runs.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.errors import OutputError
-from attnmt.files import write_text_atomic
-from attnmt.runs import writer_lock
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runs.folder import writer_lock
 from tests.test_training import run_trainer, save_yaml, tiny_config
 
 
@@ -57,7 +57,7 @@ class FullDisk:
     """The file system under ``folder`` holding only ``budget`` more bytes (None: counting only).
 
     ``written`` counts what attnmt's writer put there. Files are opened through ``os.fdopen``
-    (``attnmt.files``), which this replaces while it is entered."""
+    (``attnmt.runtime.atomic_files``), which this replaces while it is entered."""
 
     def __init__(self, folder: Path, budget: int | None = None) -> None:
         self.folder, self.budget, self.written = Path(folder).resolve(), budget, 0
@@ -72,12 +72,12 @@ class FullDisk:
         return _FullDiskFile(handle, self)
 
     def __enter__(self) -> "FullDisk":
-        self._original = attnmt.files.os.fdopen
-        attnmt.files.os.fdopen = self._fdopen
+        self._original = attnmt.runtime.atomic_files.os.fdopen
+        attnmt.runtime.atomic_files.os.fdopen = self._fdopen
         return self
 
     def __exit__(self, *exc) -> None:
-        attnmt.files.os.fdopen = self._original
+        attnmt.runtime.atomic_files.os.fdopen = self._original
 
 
 def test_a_checkpoint_write_that_fills_the_disk_is_an_output_error_not_a_zip_error(tmp_path):
@@ -100,7 +100,7 @@ def test_a_checkpoint_write_that_fills_the_disk_is_an_output_error_not_a_zip_err
 def test_a_full_disk_keeps_the_previous_file_and_leaves_no_temporary(tmp_path, monkeypatch):
     path = tmp_path / "report.json"
     write_text_atomic(path, "old\n")
-    monkeypatch.setattr(attnmt.files.os, "fsync", _disk_full)
+    monkeypatch.setattr(attnmt.runtime.atomic_files.os, "fsync", _disk_full)
     with pytest.raises(OutputError, match=rf"{path}: could not write it \(No space left on device\); "
                                           r"its previous version is unchanged"):
         write_text_atomic(path, "new\n")
@@ -116,7 +116,7 @@ def test_a_command_hitting_a_full_disk_ends_in_one_line(tmp_path, monkeypatch, c
     assert cli_main(["evaluate", str(run), "--split", "valid", "-n", "0", "--no-progress"]) == 0
     before = (run / "hyps-valid.txt").read_text()
     capsys.readouterr()
-    monkeypatch.setattr(attnmt.files.os, "fsync", _disk_full)
+    monkeypatch.setattr(attnmt.runtime.atomic_files.os, "fsync", _disk_full)
     assert cli_main(["evaluate", str(run), "--split", "valid", "-n", "0", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"attnmt evaluate: error: {run / 'hyps-valid.txt'}: could not write it (No space left on "
@@ -171,7 +171,7 @@ def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
     config = tiny_config(tmp_path, max_epochs=1, max_steps=2)
     run_trainer(tmp_path, config)
     assert cli_main(["translate", str(tmp_path / "run"), "Ein Hund.", "--batch-size", "-1"]) == 2
-    assert "batch size must be an integer >= 1, got -1" in capsys.readouterr().err
+    assert "--batch-size -1: must be an integer >= 1" in capsys.readouterr().err
     path = save_yaml(tmp_path, config, "huge.yaml")
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "huge"), "--no-progress",
                      "--set", "model.hidden_dim=99999999999"]) == 2
@@ -180,7 +180,7 @@ def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
     align = ["align", "--model", str(tmp_path / "run"), "--src", str(tmp_path / "valid.de"), "--tgt",
              str(tmp_path / "valid.en"), "--out", str(tmp_path / "links.txt")]
     assert cli_main([*align, "--threads", "0"]) == 2
-    assert "threads must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert "--threads 0: must be an integer >= 1" in capsys.readouterr().err
     assert cli_main([*align, "--max-tokens", "-1"]) == 2
     assert "--max-tokens must be an integer >= 1, got -1" in capsys.readouterr().err
     assert not (tmp_path / "links.txt").exists()

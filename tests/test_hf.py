@@ -80,7 +80,7 @@ def hf_model(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def translator(hf_model):
-    from attnmt.hf import HFTranslator
+    from attnmt.decoding.hf import HFTranslator
 
     return HFTranslator.load(str(hf_model), device="cpu")
 
@@ -91,13 +91,13 @@ def test_translations_are_the_models_own_generation_with_its_attention(translato
     # An untrained model never ends a sentence: every output runs to the limit of the batch,
     # max_len_a · (longest source) + max_len_b + 1 new tokens.
     longest = max(len(tokenizer(sentence).input_ids) for sentence in SOURCES)
-    limit = int(translator.search.max_len_a * longest + translator.search.max_len_b) + 1
+    limit = int(translator.search_config.max_len_a * longest + translator.search_config.max_len_b) + 1
     for sentence, translation in zip(SOURCES, translations):
         encoded = tokenizer([sentence], return_tensors="pt")
         generated = model.generate(**encoded, num_beams=2, max_new_tokens=limit)  # alone: no padding
         assert translation.output == tokenizer.decode(generated[0], skip_special_tokens=True).strip()
         assert translation.src_pieces == tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
-        heads = translator.layer_head_attention(translation)  # [L, h, T, S]
+        [heads] = translator.read_attention([translation])  # [L, h, T, S]
         assert heads.shape == (2, 2, len(translation.out_pieces), len(translation.src_pieces))
         np.testing.assert_allclose(heads.sum(axis=-1), 1.0, atol=1e-5)  # rows over the real source
         # The attention given with the batch (padded) is the last layer's mean over heads, alone.
@@ -110,13 +110,13 @@ def test_translations_are_the_models_own_generation_with_its_attention(translato
 
 
 def test_the_aligner_merges_pieces_into_words_and_batches_change_nothing(translator):
-    from attnmt.hf import HFAligner
+    from attnmt.alignment import TranslatorAligner
 
     src = [s.split() for s in SOURCES]
     tgt = [t.split() for t in make_pairs(3, seed=9)[1]]
-    aligner = HFAligner(translator, batch_size=3)
+    aligner = TranslatorAligner(translator)  # every pair in one batch
     batched = aligner.weights_many(src, tgt)
-    alone = [HFAligner(translator, batch_size=1).weights_many([s], [t])[0] for s, t in zip(src, tgt)]
+    alone = [TranslatorAligner(translator, max_tokens=1).weights_many([s], [t])[0] for s, t in zip(src, tgt)]
     for words_src, words_tgt, many, one in zip(src, tgt, batched, alone):
         assert many.shape == (len(words_tgt), len(words_src))
         np.testing.assert_allclose(many, one, atol=1e-5)
@@ -159,6 +159,6 @@ def test_hf_mistakes_end_in_one_line(hf_model, tmp_path, capsys, monkeypatch):
     assert "--hf: give the sentences to show with --src FILE" in capsys.readouterr().err
     assert cli_main(["translate", "--hf", str(hf_model), "Ein hund.", "--precision", "bf16"]) == 2
     assert "--precision: only fp32 with --hf" in capsys.readouterr().err
-    monkeypatch.setattr("attnmt.hf.importlib.util.find_spec", lambda name: None)
+    monkeypatch.setattr("attnmt.decoding.hf.importlib.util.find_spec", lambda name: None)
     assert cli_main(["translate", "--hf", str(hf_model), "Ein hund."]) == 2
-    assert "--hf needs the transformers package; pip install 'attnmt[hf]'" in capsys.readouterr().err
+    assert "a Hugging Face model needs the transformers package; pip install 'attnmt[hf]'" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """examples/tour.ipynb runs headless in a real Jupyter kernel (nbclient) on tiny runs made here,
 and its rendered outputs work in headless Chromium: heatmap cells in every viewer, no console
-error. Also: ``_repr_html_`` of translations and ``attnmt.show``."""
+error. Also: the HTML of translations (what IPython shows for them) and ``attnmt.show``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import attnmt
-from attnmt.notebook import AttentionView
+from attnmt.visual.notebook import AttentionView, translations_html
 from test_training import LEXICON, make_pairs, run_trainer, tiny_config
 from test_viewer_browser import browser  # noqa: F401  (headless Chromium, skipped or failed in CI without it)
 
@@ -39,11 +39,11 @@ def runs(tmp_path_factory) -> Path:
 def test_translations_and_show_render_as_the_viewer(runs):
     translator = attnmt.Translator.load(runs / "additive")
     translations = translator.translate(["Ein hund läuft.", "Der mann."], return_attention=True)
-    page = translations._repr_html_()
+    page = translations_html(translations)
     assert page.startswith('<iframe class="attnmt-viewer" srcdoc="') and "data-example" in html.unescape(page)
     assert html.unescape(page).count('class="example"') == 2
-    assert translations[0]._repr_html_().count("&lt;details class=&quot;example&quot;") == 1
-    plain = translator.translate(["Ein hund läuft."])._repr_html_()  # no attention: a table of texts
+    assert translations_html(translations[0]).count("&lt;details class=&quot;example&quot;") == 1
+    plain = translations_html(translator.translate(["Ein hund läuft."]))  # no attention: a table of texts
     assert plain.startswith("<table>") and "Ein hund läuft." in plain
     view = attnmt.show(translator, "Ein hund läuft.", beam=2)
     assert isinstance(view, AttentionView) and len(view.examples) == 1 and view.examples[0]["meta"]["beam"] == 2

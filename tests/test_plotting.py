@@ -11,7 +11,9 @@ import threading
 import numpy as np
 import pytest
 
-from attnmt.plotting import group_pieces, merge_subwords, plot_attention, write_attention_viewer
+from attnmt.data.pieces import group_pieces, merge_subwords
+from attnmt.visual.heatmap import plot_attention
+from attnmt.visual.viewer import write_attention_viewer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -173,7 +175,7 @@ def test_plots_drawn_in_threads_equal_plots_drawn_alone(tmp_path):
 def test_plotting_never_imports_pyplot(tmp_path):
     script = (
         "import sys, numpy as np\n"
-        "from attnmt.plotting import plot_attention\n"
+        "from attnmt.visual.heatmap import plot_attention\n"
         f"plot_attention(np.eye(2), ['a', 'b'], ['c', 'd'], {str(tmp_path / 'p.png')!r})\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
     )

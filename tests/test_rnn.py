@@ -14,7 +14,7 @@ from attnmt.attention.mechanisms import ATTENTION_TYPES, canonical_name
 from attnmt.errors import ConfigError
 from attnmt.models import build_model, count_parameters
 from attnmt.models.rnn import FLOWS, RNNConfig, RNNSeq2Seq
-from attnmt.search import greedy_search
+from attnmt.decoding.search import greedy_search
 
 MECHANISMS = sorted({canonical_name(name) for name in ATTENTION_TYPES})
 SRC_VOCAB, TGT_VOCAB = 23, 19

@@ -8,10 +8,10 @@ import shutil
 import pytest
 import torch
 
-from attnmt.checkpoint import FORMAT_VERSION, load_checkpoint
+from attnmt.runs.checkpoint import FORMAT_VERSION, load_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.errors import CheckpointError
-from attnmt.translator import Translator
+from attnmt.decoding.translator import Translator
 from tests.test_training import comparable, make_pairs, run_trainer, tiny_config
 
 

@@ -1,4 +1,4 @@
-"""Greedy and batched beam search (attnmt.search) on a hand-made toy model and on RNN translators."""
+"""Greedy and batched beam search (attnmt.decoding.search) on a hand-made toy model and on RNN translators."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 
 from attnmt.attention.functional import padding_mask
 from attnmt.models import build_model
-from attnmt.search import Hypothesis, beam_search, greedy_search, length_penalty
+from attnmt.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty
 
 PAD, UNK, BOS, EOS, A, B = range(6)
 
@@ -70,7 +70,7 @@ def test_beam_two_finds_what_greedy_misses():
     greedy = greedy_search(BigramToy(), src, mask, max_len_a=0, max_len_b=3)[0]
     assert greedy.tokens == [A, A, A]  # then EOS forced at the length limit
     assert greedy.score == pytest.approx(math.log(0.5 * 0.4 * 0.4 * 0.3))
-    best = beam_search(BigramToy(), src, mask, beam_size=2, alpha=0.0, max_len_a=0, max_len_b=3)[0][0]
+    best = beam_search(BigramToy(), src, mask, beam=2, alpha=0.0, max_len_a=0, max_len_b=3)[0][0]
     assert best.tokens == [B]
     assert best.score == pytest.approx(math.log(0.4 * 0.9))
     assert best.normalized_score == best.score  # alpha = 0: no length normalisation
@@ -129,7 +129,7 @@ def test_early_eos_candidates_do_not_end_the_search(alpha):
     assert greedy.tokens == [A, A, A, A]
     assert greedy.score == pytest.approx(math.log(0.9**4 * 0.99))
     model = early_eos_toy()
-    found = beam_search(model, src, mask, beam_size=2, alpha=alpha, max_len_a=0, max_len_b=10)[0][0]
+    found = beam_search(model, src, mask, beam=2, alpha=alpha, max_len_a=0, max_len_b=10)[0][0]
     assert found.tokens == [A, A, A, A]
     assert found.score == pytest.approx(math.log(0.9**4 * 0.99))
     assert found.normalized_score == pytest.approx(found.score / length_penalty(5, alpha))
@@ -147,16 +147,16 @@ def test_live_beams_are_bounded_with_the_longest_length_penalty():
     src, mask = toy_source()
     assert greedy_search(toy, src, mask, max_len_a=0, max_len_b=8, alpha=1.0)[0].tokens == []
     for beam in (2, 3):
-        best = beam_search(toy, src, mask, beam_size=beam, alpha=1.0, max_len_a=0, max_len_b=8)[0][0]
+        best = beam_search(toy, src, mask, beam=beam, alpha=1.0, max_len_a=0, max_len_b=8)[0][0]
         assert best.tokens == [A, A, A, A]
         assert best.normalized_score == pytest.approx(math.log(0.35 * 0.97**3 * 0.99) / (10 / 6))
     # Without length normalisation "EOS" is the best translation.
-    assert beam_search(toy, src, mask, beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8)[0][0].tokens == []
+    assert beam_search(toy, src, mask, beam=2, alpha=0.0, max_len_a=0, max_len_b=8)[0][0].tokens == []
 
 
 def test_toy_n_best_are_ranked_by_normalized_score():
     src, mask = toy_source()
-    hypotheses = beam_search(BigramToy(), src, mask, beam_size=2, alpha=0.0, max_len_a=0, max_len_b=5, n_best=2)[0]
+    hypotheses = beam_search(BigramToy(), src, mask, beam=2, alpha=0.0, max_len_a=0, max_len_b=5, n_best=2)[0]
     # "B EOS" (0.36) ends at step 2, "A B EOS" (0.5·0.3·0.9 = 0.135) at step 3; the live beams are
     # then "A A A" (0.08) and "A A B" (0.06): neither can beat 0.135, so the search stops there.
     assert [h.tokens for h in hypotheses] == [[B], [A, B]]
@@ -167,7 +167,7 @@ def test_toy_attention_has_one_row_per_token_and_eos_over_real_source():
     src, mask = toy_source((4, 2))
     for hypothesis in greedy_search(BigramToy(), src, mask, max_len_a=0, max_len_b=2):
         assert hypothesis.attention.shape[0] == len(hypothesis.tokens) + 1
-    hypotheses = beam_search(BigramToy(), src, mask, beam_size=2, max_len_a=0, max_len_b=3)
+    hypotheses = beam_search(BigramToy(), src, mask, beam=2, max_len_a=0, max_len_b=3)
     assert hypotheses[0][0].attention.shape == (2, 4)
     assert hypotheses[1][0].attention.shape == (2, 2)
     np.testing.assert_allclose(hypotheses[1][0].attention, 0.5)
@@ -178,14 +178,14 @@ def test_length_penalty_formula_and_its_effect():
     assert length_penalty(7, 1.0) == pytest.approx(2.0)
     assert length_penalty(30, 0.0) == 1.0
     src, mask = toy_source()
-    hypothesis = beam_search(BigramToy(), src, mask, beam_size=2, alpha=1.0, max_len_a=0, max_len_b=3)[0][0]
+    hypothesis = beam_search(BigramToy(), src, mask, beam=2, alpha=1.0, max_len_a=0, max_len_b=3)[0][0]
     assert hypothesis.normalized_score == pytest.approx(hypothesis.score / ((5 + 2) / 6))
 
 
 def test_maximum_length_forces_eos():
     src, mask = toy_source((4,))
     for beam in (1, 3):
-        for hypothesis in beam_search(BigramToy(), src, mask, beam_size=beam, alpha=0, max_len_a=0.5,
+        for hypothesis in beam_search(BigramToy(), src, mask, beam=beam, alpha=0, max_len_a=0.5,
                                       max_len_b=0, n_best=beam)[0]:
             assert len(hypothesis.tokens) <= 2  # ⌊0.5 · 4 + 0⌋
     only_eos = greedy_search(BigramToy(), src, mask, max_len_a=0, max_len_b=0)[0]
@@ -194,10 +194,10 @@ def test_maximum_length_forces_eos():
 
 def test_search_argument_errors():
     src, mask = toy_source()
-    with pytest.raises(ValueError, match="beam_size"):
-        beam_search(BigramToy(), src, mask, beam_size=0)
+    with pytest.raises(ValueError, match="beam"):
+        beam_search(BigramToy(), src, mask, beam=0)
     with pytest.raises(ValueError, match="n_best"):
-        beam_search(BigramToy(), src, mask, beam_size=2, n_best=3)
+        beam_search(BigramToy(), src, mask, beam=2, n_best=3)
     with pytest.raises(ValueError, match="alpha"):
         beam_search(BigramToy(), src, mask, alpha=-1)
     with pytest.raises(ValueError, match="src_mask"):
@@ -271,7 +271,7 @@ def test_beam_one_is_greedy(index):
     model = half_trained_model(index)
     src, mask = random_sources()
     greedy = greedy_search(model, src, mask)
-    beam = beam_search(model, src, mask, beam_size=1)
+    beam = beam_search(model, src, mask, beam=1)
     for found, expected in zip(beam, greedy):
         assert_same(found[0], expected)
     assert len({len(h.tokens) for h in greedy}) > 1  # the check covered different lengths
@@ -281,9 +281,9 @@ def test_beam_one_is_greedy(index):
 def test_batched_beam_search_equals_one_sentence_at_a_time(index):
     model = half_trained_model(index)
     src, mask = random_sources()
-    batched = beam_search(model, src, mask, beam_size=4, n_best=3, max_len_a=1.0, max_len_b=4)
+    batched = beam_search(model, src, mask, beam=4, n_best=3, max_len_a=1.0, max_len_b=4)
     for i, length in enumerate(mask.sum(1).tolist()):
-        alone = beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], beam_size=4, n_best=3,
+        alone = beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], beam=4, n_best=3,
                             max_len_a=1.0, max_len_b=4)[0]
         assert len(batched[i]) == len(alone) == 3
         for found, expected in zip(batched[i], alone):
@@ -300,7 +300,7 @@ def test_batched_beam_search_equals_one_sentence_at_a_time(index):
 
 def exhaustive_beam_search(model, src, mask, K, alpha, max_len_a, max_len_b, n_best):
     """Beam search on one unpadded sentence as a plain loop *without* a stopping rule: every beam
-    is followed to the length limit. Same pruning as attnmt.search: of the 2K best continuations,
+    is followed to the length limit. Same pruning as attnmt.decoding.search: of the 2K best continuations,
     EOS in the top K ends a hypothesis and the K best others go on. Returns the n_best best
     finished (tokens, score, normalized score), best first."""
     limit = int(max_len_a * mask.shape[1] + max_len_b)
@@ -345,7 +345,7 @@ def test_stopping_early_finds_what_following_every_beam_to_the_limit_finds(index
     original_step = model.decode_step
     model.decode_step = lambda prev, *args: calls.append(len(prev)) or original_step(prev, *args)
     try:
-        found = beam_search(model, src, mask, beam_size=3, alpha=alpha, n_best=2, max_len_a=1.0, max_len_b=6)
+        found = beam_search(model, src, mask, beam=3, alpha=alpha, n_best=2, max_len_a=1.0, max_len_b=6)
     finally:
         del model.decode_step
     for i, length in enumerate(mask.sum(1).tolist()):
@@ -364,7 +364,7 @@ def test_more_beams_than_tokens_search_like_the_plain_loop():
     torch.manual_seed(2)
     model = build_model(dict(type="rnn", embed_dim=8, hidden_dim=16, attention="scaled_dot"), VOCAB, 6).eval()
     src, mask = random_sources(lengths=(3, 1, 4))
-    found = beam_search(model, src, mask, beam_size=8, n_best=3, max_len_a=1.0, max_len_b=2)
+    found = beam_search(model, src, mask, beam=8, n_best=3, max_len_a=1.0, max_len_b=2)
     for i, length in enumerate(mask.sum(1).tolist()):
         expected = exhaustive_beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], 8, 0.6,
                                           1.0, 2, 3)
@@ -378,10 +378,10 @@ def test_bfloat16_autocast_keeps_log_probabilities_float32():
     encoded = model.encode(src, mask)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         log_probs, _, _ = model.decode_step(torch.full((5,), BOS), model.init_decoder_state(encoded), encoded, 0)
-        found = beam_search(model, src, mask, beam_size=3)
+        found = beam_search(model, src, mask, beam=3)
     assert log_probs.dtype == torch.float32
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(5), rtol=0, atol=1e-5)
-    expected = beam_search(model, src, mask, beam_size=3)
+    expected = beam_search(model, src, mask, beam=3)
     assert all(f[0].attention.dtype == np.float32 for f in found)
     # bfloat16 products move scores by about 1%, not more, on this model.
     assert [f[0].score for f in found] == pytest.approx([e[0].score for e in expected], rel=0.05, abs=0.05)
@@ -399,7 +399,7 @@ def test_scores_are_the_models_log_probabilities_and_mode_is_restored():
     model = half_trained_model(2)
     model.train()
     src, mask = random_sources(lengths=(6,))
-    hypothesis = beam_search(model, src, mask, beam_size=3)[0][0]
+    hypothesis = beam_search(model, src, mask, beam=3)[0][0]
     assert model.training  # search ran in eval mode and handed the model back as it was
     model.eval()
     tgt_in = torch.tensor([[BOS] + hypothesis.tokens])
@@ -420,26 +420,26 @@ def test_search_works_for_the_transformer_too():
     config = dict(type="transformer", d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=2)
     model = build_model(config, VOCAB, VOCAB)
     src, mask = random_sources()
-    batched = beam_search(model, src, mask, beam_size=4, n_best=2, max_len_a=1.0, max_len_b=3)
+    batched = beam_search(model, src, mask, beam=4, n_best=2, max_len_a=1.0, max_len_b=3)
     for i, length in enumerate(mask.sum(1).tolist()):
-        alone = beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], beam_size=4, n_best=2,
+        alone = beam_search(model, src[i : i + 1, :length], mask[i : i + 1, :length], beam=4, n_best=2,
                             max_len_a=1.0, max_len_b=3)[0]
         for found, expected in zip(batched[i], alone, strict=True):
             assert_same(found, expected)
-    for found, expected in zip(beam_search(model, src, mask, beam_size=1), greedy_search(model, src, mask)):
+    for found, expected in zip(beam_search(model, src, mask, beam=1), greedy_search(model, src, mask)):
         assert_same(found[0], expected)
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.5, 1.0])
 def test_when_finished_sentences_leave_the_tensors_changes_nothing(monkeypatch, fraction):
     """0: each done sentence leaves at once; 1: done sentences ride along to the end."""
-    import attnmt.search as search
+    import attnmt.decoding.search as search
 
     model = half_trained_model(0)
     src, mask = random_sources(lengths=(5, 2, 7, 1, 4, 3, 6, 2))
-    expected = beam_search(model, src, mask, beam_size=3, n_best=2, max_len_a=1.0, max_len_b=4)
+    expected = beam_search(model, src, mask, beam=3, n_best=2, max_len_a=1.0, max_len_b=4)
     monkeypatch.setattr(search, "RETIRED_FRACTION", fraction)
-    found = beam_search(model, src, mask, beam_size=3, n_best=2, max_len_a=1.0, max_len_b=4)
+    found = beam_search(model, src, mask, beam=3, n_best=2, max_len_a=1.0, max_len_b=4)
     for found_n_best, expected_n_best in zip(found, expected):
         assert len(found_n_best) == len(expected_n_best) == 2
         for f, e in zip(found_n_best, expected_n_best):

@@ -17,11 +17,11 @@ import pytest
 import torch
 import yaml
 
-from attnmt.checkpoint import load_checkpoint
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
-from attnmt.config import RunConfig, TrainingConfig, load_config
+from attnmt.runs.run_config import RunConfig, TrainingConfig, load_config
 from attnmt.errors import CheckpointError, ConfigError, DataError
-from attnmt.runs import config_differences
+from attnmt.runs.folder import config_differences
 from attnmt.training import PlateauTracker, Trainer, backward_on_batch, training_threads
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
 def test_model_memorises_twenty_pairs(tmp_path):
     """20 pairs, trained on and scored on themselves: greedy BLEU >= 90."""
     from attnmt.evaluation import corpus_scores
-    from attnmt.translator import Translator
+    from attnmt.decoding.translator import Translator
 
     config = tiny_config(tmp_path, train_pairs=20, max_epochs=40, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.03)
@@ -454,7 +454,7 @@ def test_checkpoint_model_type_and_keys(trained_run, tmp_path):
 
 
 def test_weights_that_do_not_fit_the_config(trained_run, tmp_path):
-    from attnmt.translator import Translator
+    from attnmt.decoding.translator import Translator
 
     checkpoint = load_checkpoint(trained_run / "last.pt")
     checkpoint["config"]["model"]["hidden_dim"] = 40

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from attnmt.errors import ConfigError
 from attnmt.models import build_model
 from attnmt.models.transformer import Transformer, TransformerConfig, sinusoidal_positions
-from attnmt.search import beam_search, greedy_search
+from attnmt.decoding.search import beam_search, greedy_search
 
 PAD, BOS, EOS = 0, 2, 3
 VOCAB = 14  # ids 4 … 13 are words
@@ -278,11 +278,11 @@ def test_a_tiny_transformer_learns_to_reverse_20_sentences_and_greedy_search_fin
 def test_beam_search_runs_on_the_cache_and_scores_hypotheses_as_teacher_forcing_does(reverser):
     model, pairs, src, src_mask, _ = reverser
     greedy = greedy_search(model, src, src_mask)
-    single = beam_search(model, src, src_mask, beam_size=1)
+    single = beam_search(model, src, src_mask, beam=1)
     assert [hyps[0].tokens for hyps in single] == [h.tokens for h in greedy]
     for hyps, hypothesis in zip(single, greedy):
         assert math.isclose(hyps[0].score, hypothesis.score, abs_tol=1e-4)
-    beams = beam_search(model, src, src_mask, beam_size=4, n_best=4)
+    beams = beam_search(model, src, src_mask, beam=4, n_best=4)
     for row, hyps in enumerate(beams):
         assert len(hyps) == 4
         assert [h.normalized_score for h in hyps] == sorted((h.normalized_score for h in hyps), reverse=True)

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from attnmt.cli import main as cli_main
-from attnmt.plotting import merge_subwords
-from attnmt.translator import Translator
-from attnmt.viewing import force_decoded_heads, view_examples
+from attnmt.data.pieces import merge_subwords
+from attnmt.decoding.translator import Translator
+from attnmt.models.readout import force_decode
+from attnmt.visual.examples import named_heads, view_examples
 from test_training import run_trainer, tiny_config, write_corpus
 
 MODELS = {
@@ -113,7 +114,8 @@ def test_per_head_weights_reproduce_the_search_attention(tiny_run):
 def test_single_head_models_have_no_per_head_matrices(tiny_run):
     name, run = tiny_run
     translator = Translator.load(run)
-    heads = force_decoded_heads(translator.model, [5, 6, 3], [7, 3])
+    [(_, reading)] = force_decode(translator.model, [[5, 6, 3]], [[7, 3]])
+    heads = named_heads(reading.weights)
     if name == "sdp":
         assert heads is None
     else:

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import skip_or_fail_in_ci
 
-from attnmt.plotting import write_attention_viewer
+from attnmt.visual.viewer import write_attention_viewer
 
 BROWSER_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 STEP_TIMEOUT = 15.0  # seconds for one protocol reply; the whole module takes a few seconds

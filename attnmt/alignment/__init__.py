@@ -12,10 +12,10 @@
 - ``metrics``: alignment error rate, precision, recall, F1; gold files in either format.
 
 The link files themselves (Pharaoh, NAACL; reading, writing, range checks) are data:
-``attnmt.data.links``, re-exported here.
+``attnmt.data.link_files``, re-exported here.
 
 Every public name is importable from ``attnmt.alignment``; submodules load on first use, so the
-command line can read the choice lists in ``attnmt.names`` without loading NumPy.
+command line can read the choice lists in ``attnmt.runtime.choices`` without loading NumPy.
 
 Conventions: attention weights are ``[len(tgt), len(src)]`` (rows = target words, as a decoder
 attends); links are ``(i_src, j_tgt)``, 0-based, source first (Pharaoh ``i-j``).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnmt.names import GOLD_FORMATS, LINK_METHODS, SCORINGS, SYMMETRIZATIONS
+from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS, SCORINGS, SYMMETRIZATIONS
 
 _SUBMODULE_OF = {
     "EMBED_METHOD": "embed",
@@ -36,7 +36,7 @@ _SUBMODULE_OF = {
     "translator_vector_shares": "combine",
     "align_corpus": "links",
     "extract_links": "links",
-    "format_pharaoh": "attnmt.data.links",
+    "format_pharaoh": "attnmt.data.link_files",
     "grow_diag_links": "links",
     "intersect_links": "links",
     "itermax_links": "links",
@@ -47,16 +47,16 @@ _SUBMODULE_OF = {
     "union_links": "links",
     "threshold_links": "links",
     "add_confident_links": "links",
-    "GoldAlignment": "attnmt.data.links",
-    "aer_interval": "metrics",
-    "alignment_error_rate": "metrics",
-    "bootstrap_aers": "metrics",
-    "paired_bootstrap": "metrics",
-    "check_link_range": "attnmt.data.links",
-    "read_gold": "metrics",
-    "read_naacl_alignments": "attnmt.data.links",
-    "read_pharaoh_alignments": "attnmt.data.links",
-    "write_pharaoh": "attnmt.data.links",
+    "GoldAlignment": "attnmt.data.link_files",
+    "aer_interval": "aer",
+    "alignment_error_rate": "aer",
+    "bootstrap_aers": "aer",
+    "paired_bootstrap": "aer",
+    "check_link_range": "attnmt.data.link_files",
+    "read_gold": "aer",
+    "read_naacl_alignments": "attnmt.data.link_files",
+    "read_pharaoh_alignments": "attnmt.data.link_files",
+    "write_pharaoh": "attnmt.data.link_files",
     "WordVectors": "vectors",
     "load_seed_vectors": "vectors",
     "load_vec": "vectors",
@@ -65,14 +65,14 @@ _SUBMODULE_OF = {
     "save_vec": "vectors",
     "save_vector_dir": "vectors",
     "tokenize": "vectors",
-    "ForcedAttention": "translator",
-    "TranslatorAligner": "translator",
-    "DEFAULT_DISTORTION": "weights",
-    "DEFAULT_TEMPERATURE": "weights",
-    "VectorAligner": "weights",
-    "VectorAttention": "weights",
-    "VectorScoring": "weights",
-    "vector_attention": "weights",
+    "ForcedAttention": "translator_attention",
+    "TranslatorAligner": "translator_attention",
+    "DEFAULT_DISTORTION": "vector_weights",
+    "DEFAULT_TEMPERATURE": "vector_weights",
+    "VectorAligner": "vector_weights",
+    "VectorAttention": "vector_weights",
+    "VectorScoring": "vector_weights",
+    "vector_attention": "vector_weights",
 }
 
 __all__ = sorted(["GOLD_FORMATS", "LINK_METHODS", "SCORINGS", "SYMMETRIZATIONS", *_SUBMODULE_OF])

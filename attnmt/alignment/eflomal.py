@@ -6,7 +6,7 @@ best statistical aligners. It is an optional dependency: ``pip install 'attnmt[a
 :func:`eflomal_alignments` aligns whole corpora in both directions, as such aligners are used:
 every pair is aligned together with the others, so more text (``also``: pairs aligned alongside
 whose links are not returned) helps the pairs you want. The forward direction links each target
-word to at most one source word (``tgt2src`` in :data:`attnmt.names.LINK_METHODS`), the reverse
+word to at most one source word (``tgt2src`` in :data:`attnmt.runtime.choices.LINK_METHODS`), the reverse
 direction each source word to at most one target word (``src2tgt``); the other methods symmetrise
 the two (:func:`attnmt.alignment.links.symmetrize`).
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from attnmt.alignment.links import Links, symmetrize
-from attnmt.data.links import read_pharaoh_alignments
+from attnmt.data.link_files import read_pharaoh_alignments
 from attnmt.errors import ConfigError, DataError
 
 __all__ = ["EFLOMAL_METHODS", "EflomalSettings", "directional_links", "eflomal_alignments", "eflomal_directions",

@@ -36,7 +36,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from tqdm import tqdm
 
-from attnmt.names import LINK_METHODS, SYMMETRIZATIONS
+from attnmt.runtime.choices import LINK_METHODS, SYMMETRIZATIONS
 
 __all__ = [
     "LINK_METHODS",

@@ -28,7 +28,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from attnmt.errors import DataError
-from attnmt.files import write_text_atomic
+from attnmt.runtime.atomic_files import write_text_atomic
 
 __all__ = [
     "WordVectors",
@@ -220,7 +220,7 @@ def _is_number(text: str) -> bool:
 
 
 def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False, precision: int = 6) -> Path:
-    """Write ``vectors`` as fastText ``.vec`` text, atomically (``attnmt.files``).
+    """Write ``vectors`` as fastText ``.vec`` text, atomically (``attnmt.runtime.atomic_files``).
 
     Numbers are written with ``precision`` significant digits (fastText's own precision).
     Raises DataError when ``path`` exists and ``overwrite`` is False.
@@ -342,7 +342,7 @@ def save_vector_dir(
     if not overwrite:
         existing = [str(path) for path in paths.values() if path.exists()]
         if existing:
-            raise DataError(f"{', '.join(existing)} already exist(s); refusing to overwrite (use --overwrite)")
+            raise DataError(f"{', '.join(existing)} already exist(s); refusing to overwrite (pass overwrite=True)")
     save_vec(src_vectors, paths["src"], overwrite=True)
     save_vec(tgt_vectors, paths["tgt"], overwrite=True)
     record = dict(info, src_lang=src_lang, tgt_lang=tgt_lang,

@@ -48,7 +48,7 @@ import argparse
 
 from attnmt.commands.align_words import add_scoring_arguments
 from attnmt.commands.options import add_device_option, add_hf_option, say
-from attnmt.names import GOLD_FORMATS, LINK_METHODS
+from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
 EFLOMAL_OPTIONS = ("also_src", "also_tgt", "possible", "eflomal_samplers", "eflomal_iterations", "eflomal_prefix",
@@ -209,9 +209,9 @@ def _file_language(path: str, languages: tuple[str, str]) -> str | None:
 
 
 def _translator_aligner(args: argparse.Namespace, run: str):
-    from attnmt.alignment.translator import DEFAULT_MAX_TOKENS, TranslatorAligner
+    from attnmt.alignment.translator_attention import DEFAULT_MAX_TOKENS, TranslatorAligner
     from attnmt.errors import ConfigError
-    from attnmt.translator import Translator
+    from attnmt.decoding.translator import Translator
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be an integer >= 1, got {args.max_tokens}")
@@ -229,11 +229,13 @@ def _translator_aligner(args: argparse.Namespace, run: str):
 
 
 def _hf_aligner(args: argparse.Namespace, name: str):
-    from attnmt.hf import HFAligner, HFTranslator
+    from attnmt.alignment.translator_attention import DEFAULT_MAX_TOKENS, TranslatorAligner
+    from attnmt.decoding.hf import HFTranslator
 
     translator = HFTranslator.load(name, device=args.device or "auto")
     say("align", translator.describe())
-    aligner = HFAligner(translator, layer=args.layer, head=args.head, shift=args.shift)
+    aligner = TranslatorAligner(translator, layer=args.layer, head=args.head, shift=args.shift,
+                                max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens)
     print(f"translator attention: {aligner.describe()}")
     return aligner
 

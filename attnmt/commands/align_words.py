@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.names import LINK_METHODS, SCORINGS
+from attnmt.runtime.choices import LINK_METHODS, SCORINGS
 
 
 def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
 
 def scoring_from_arguments(args: argparse.Namespace):
     """The VectorScoring the options ask for (ConfigError for out-of-range values)."""
-    from attnmt.alignment.weights import VectorScoring
+    from attnmt.alignment.vector_weights import VectorScoring
     from attnmt.errors import ConfigError
 
     try:
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"unknown words: source {' '.join(result.unknown_src) or '(none)'}; "
           f"target {' '.join(result.unknown_tgt) or '(none)'}")
     if args.plot:
-        from attnmt.plotting import plot_attention
+        from attnmt.visual.heatmap import plot_attention
 
         title = f"vector attention ({scoring.describe(aligner.src_vectors.dim)})"
         path = plot_attention(np.asarray(result.weights), src_tokens, tgt_tokens, args.plot, title=title,

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.comparison import compare_mechanisms
+    from attnmt.training.comparison import compare_mechanisms
 
     comparison = compare_mechanisms(
         args.config, args.attention, args.runs, args.out, split=args.split, beam=args.beam,

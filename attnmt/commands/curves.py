@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.curves import plot_curves
+    from attnmt.visual.curves import plot_curves
 
     runs = [Path(run) for run in args.runs]  # those after an option come as text (cli.main)
     path = plot_curves(runs, args.out, overwrite=args.overwrite, title=args.title)

@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _single(args: argparse.Namespace, beam: int | None) -> int:
-    from attnmt.evaluation import evaluate_run
-    from attnmt.plotting import plot_attention
+    from attnmt.evaluation.evaluate import evaluate_run
+    from attnmt.visual.heatmap import plot_attention
 
     evaluation = evaluate_run(
         args.run_dir, split=args.split, beam=beam, checkpoint=args.checkpoint, batch_size=args.batch_size,
@@ -102,7 +102,7 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
 
 
 def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
-    from attnmt.evaluation import evaluate_beam_sizes
+    from attnmt.evaluation.evaluate import evaluate_beam_sizes
 
     evaluation = evaluate_beam_sizes(
         args.run_dir, beams, split=args.split, checkpoint=args.checkpoint, batch_size=args.batch_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnmt.names import DEVICES_HELP, PRECISIONS
+from attnmt.runtime.choices import DEVICES_HELP, PRECISIONS
 
 
 def add_device_option(parser: argparse.ArgumentParser, default_from: str = "the run's search.device") -> None:
@@ -36,13 +36,13 @@ def load_translator(args: argparse.Namespace):
     if hf is None and args.run_dir is None:
         raise ConfigError("give a RUN folder, or a Hugging Face model with --hf MODEL")
     if hf is None:
-        from attnmt.translator import Translator
+        from attnmt.decoding.translator import Translator
 
         return Translator.load(args.run_dir, getattr(args, "checkpoint", "best"),
                                precision=getattr(args, "precision", None), device=args.device)
     if getattr(args, "precision", None) not in (None, "fp32"):
         raise ConfigError("--precision: only fp32 with --hf")
-    from attnmt.hf import HFTranslator
+    from attnmt.decoding.hf import HFTranslator
 
     return HFTranslator.load(hf, device=args.device or "auto")
 

@@ -55,8 +55,8 @@ def _plot_paths(path: Path, count: int) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.errors import ConfigError
-    from attnmt.export import attention_records, check_attention_path, save_attention
-    from attnmt.plotting import plot_attention
+    from attnmt.visual.export import attention_records, check_attention_path, save_attention
+    from attnmt.visual.heatmap import plot_attention
 
     if args.hf is not None and args.run_dir is not None:  # no RUN with --hf: the first word is a sentence
         args.sentences.insert(0, args.run_dir)

@@ -48,10 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnmt.data import load_split
     from attnmt.errors import ConfigError
-    from attnmt.plotting import write_attention_viewer
-    from attnmt.runs import checkpoint_path
-    from attnmt.translator import Translator
-    from attnmt.viewing import view_examples
+    from attnmt.visual.viewer import write_attention_viewer
+    from attnmt.runs.folder import checkpoint_path
+    from attnmt.decoding.translator import Translator
+    from attnmt.visual.examples import view_examples
 
     if args.beam is not None and args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     say("view", translator.describe())
     config = translator.run_config
     split, corpus = config.data.canonical_split(args.split), load_split(config.data, args.split)
-    beam = translator.search.beam if args.beam is None else args.beam
+    beam = translator.search_config.beam if args.beam is None else args.beam
     out = args.out or run_dir / f"view-{split}.html"
     if out.exists() and not args.overwrite:
         raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
@@ -91,8 +91,8 @@ def _view_hf(args: argparse.Namespace) -> int:
     """``view --hf MODEL --src FILE [--ref FILE]``: the first N lines of FILE."""
     from attnmt.data.corpus import read_lines
     from attnmt.errors import ConfigError, DataError
-    from attnmt.plotting import write_attention_viewer
-    from attnmt.viewing import view_examples
+    from attnmt.visual.viewer import write_attention_viewer
+    from attnmt.visual.examples import view_examples
 
     if args.run_dir is not None:
         raise ConfigError("give a RUN folder or --hf MODEL, not both")

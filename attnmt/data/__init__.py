@@ -4,7 +4,7 @@
     train_tokenizers / Tokenizers  ->  ids (sentencepiece, PAD=0 UNK=1 BOS=2 EOS=3)
     make_batches                   ->  Batch (src, tgt_in, tgt_out, masks), bucketed by length
 
-``DataConfig`` (``attnmt.data.config``) is the ``data:`` section of a training config and
+``DataConfig`` (``attnmt.data.data_config``) is the ``data:`` section of a training config and
 ``load_split`` reads a split it names.
 """
 
@@ -13,12 +13,13 @@ from attnmt.data.batching import (
     TokenBatchSampler,
     batch_indices,
     batches_for_inference,
+    longest_first,
     collate,
     make_batches,
     restore_order,
     shard,
 )
-from attnmt.data.config import DataConfig, load_split
+from attnmt.data.data_config import DataConfig, load_split
 from attnmt.data.corpus import ParallelCorpus, read_lines, read_parallel
 from attnmt.data.multi30k import LANGUAGES as MULTI30K_LANGUAGES
 from attnmt.data.multi30k import SPLITS as MULTI30K_SPLITS
@@ -54,6 +55,7 @@ __all__ = [
     "batch_indices",
     "batches_for_inference",
     "collate",
+    "longest_first",
     "load_multi30k",
     "load_split",
     "make_batches",

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
 
@@ -269,17 +269,25 @@ def batches_for_inference(
     ``restore_order`` put the outputs back in file order. Give ``max_tokens`` (bound on B · S) or
     ``batch_size`` (bound on B), or both. ``tgt_ids`` adds targets, e.g. to compute perplexity.
     """
-    _check_budget(max_tokens, batch_size)
     if tgt_ids is not None and len(tgt_ids) != len(src_ids):
         raise ValueError(f"batches_for_inference: {len(src_ids)} sources but {len(tgt_ids)} targets")
-    src_widths = np.asarray([len(ids) for ids in src_ids], dtype=np.int64) + 1
-    widths = src_widths
+    widths = [len(ids) + 1 for ids in src_ids]  # + EOS
     if tgt_ids is not None:
-        widths = np.maximum(widths, np.asarray([len(ids) for ids in tgt_ids], dtype=np.int64) + 1)
+        widths = [max(width, len(ids) + 1) for width, ids in zip(widths, tgt_ids)]  # + BOS / EOS
+    return [collate(src_ids, tgt_ids, group) for group in longest_first(widths, max_tokens, batch_size)]
+
+
+def longest_first(
+    widths: Sequence[int], max_tokens: int | None = None, batch_size: int | None = None
+) -> list[list[int]]:
+    """Positions 0 … N−1 grouped into batches, the widest first (a stable sort), each batch within
+    ``len(batch) · max(widths[batch]) <= max_tokens`` and ``len(batch) <= batch_size``: the grouping
+    of inference (``batches_for_inference``, ``attnmt.models.readout``)."""
+    _check_budget(max_tokens, batch_size)
     if len(widths) == 0:
         return []
-    order = np.argsort(-widths, kind="stable")
-    return [collate(src_ids, tgt_ids, group) for group in _pack(order, widths, max_tokens, batch_size)]
+    array = np.asarray(widths, dtype=np.int64)
+    return _pack(np.argsort(-array, kind="stable"), array, max_tokens, batch_size)
 
 
 def restore_order(batches: Sequence[Batch], outputs: Sequence[Sequence[T]]) -> list[T]:

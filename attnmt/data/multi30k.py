@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from attnmt.data.corpus import ParallelCorpus, read_parallel
 from attnmt.errors import DataError, OutputError
-from attnmt.files import atomic_writer
+from attnmt.runtime.atomic_files import atomic_writer
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A sentence becomes a list of ids of subword pieces; ``decode`` turns ids back into plain,
 detokenized text (sentencepiece marks word starts with ``▁``, so no separate detokenizer is needed).
-Every model made here has the four special ids of ``attnmt.special_tokens`` (PAD 0, UNK 1,
+Every model made here has the four special ids of ``attnmt.data.special_tokens`` (PAD 0, UNK 1,
 BOS 2, EOS 3), which the rest of attnmt relies on.
 
 ``encode`` returns the pieces of the text only, without BOS or EOS; batching adds them.
@@ -27,8 +27,8 @@ import sentencepiece as spm
 
 from attnmt.data.corpus import ParallelCorpus
 from attnmt.errors import DataError
-from attnmt.files import write_bytes_atomic
-from attnmt.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
+from attnmt.runtime.atomic_files import write_bytes_atomic
+from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 logger = logging.getLogger(__name__)
 

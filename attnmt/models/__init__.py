@@ -13,7 +13,8 @@ L layers and h heads of attention over the source::
     state = model.init_decoder_state(encoded)           .index_select(index) -> same type
     log_probs [N, V], weights [N, S], state = model.decode_step(prev_tokens [N], state, encoded, step)
 
-Masks are bool with True = a real token; token ids are those of ``attnmt.special_tokens``. A model
+Masks are bool with True = a real token; token ids are those of ``attnmt.data.special_tokens``.
+Reading a model's attention for a given output (force-decoding) is ``attnmt.models.readout``. A model
 keeps ``model.config``, its config dataclass (``RNNConfig`` or ``TransformerConfig``: the ``model:``
 section of a run config, chosen by its ``type``).
 
@@ -28,12 +29,13 @@ from typing import Any, Union
 
 from attnmt.errors import ConfigError
 from attnmt.models.common import check_target_mask, count_parameters, log_probabilities
+from attnmt.models.readout import ForcedReading, SpecialIds, force_decode
 from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
 from attnmt.models.transformer import Transformer, TransformerConfig
 
 __all__ = [
-    "MODEL_TYPES", "ModelConfig", "RNNConfig", "TransformerConfig", "build_model", "check_target_mask",
-    "count_parameters", "log_probabilities", "model_config",
+    "MODEL_TYPES", "ForcedReading", "ModelConfig", "RNNConfig", "SpecialIds", "TransformerConfig", "build_model",
+    "check_target_mask", "count_parameters", "force_decode", "log_probabilities", "model_config",
 ]
 
 ModelConfig = Union[RNNConfig, TransformerConfig]

@@ -5,7 +5,7 @@ Token loss of a batch with N real target tokens (EOS included, padding excluded)
     L = Σ_t [(1 − ε) · (−log p(y_t | y_<t, x)) + ε · (1/V) Σ_v (−log p(v | y_<t, x))]
 
 Guided alignment (Chen et al. 2016; Garg et al. 2019) pulls one cross-attention map a towards a
-target distribution A built from word links (``attnmt.data.links``)::
+target distribution A built from word links (``attnmt.data.link_files``)::
 
     L_align = Σ_b Σ_t Σ_s −A[b, t, s] · log a[b, t, s]
 

@@ -68,7 +68,7 @@ from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
 from attnmt.errors import ConfigError
 from attnmt.models.common import check_target_mask, log_probabilities
-from attnmt.special_tokens import PAD_ID
+from attnmt.data.special_tokens import PAD_ID
 
 __all__ = [
     "CELLS",

@@ -56,7 +56,7 @@ from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.errors import ConfigError
 from attnmt.models.common import check_target_mask, log_probabilities
-from attnmt.special_tokens import PAD_ID
+from attnmt.data.special_tokens import PAD_ID
 
 __all__ = [
     "DecoderLayer",

@@ -9,6 +9,10 @@ Read in this order:
     statistics.py    the position of a run and its running sums
     randomness.py    seeding, and random states saved with a checkpoint
     distributed.py   torchrun: ranks and collectives
+    tensorboard.py   metrics as TensorBoard event files (training.tensorboard)
+
+and on top of one run, ``comparison.py``: mechanisms compared over seeds (``attnmt compare``),
+each run trained and evaluated, and summarised.
 """
 
 from attnmt.training.builder import TrainingParts, build_training
@@ -20,9 +24,10 @@ from attnmt.training.distributed import (
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
 from attnmt.training.step import GuideBatch, StepStats, backward_on_batch
 from attnmt.training.trainer import Trainer, TrainResult, train
+from attnmt.training.comparison import Comparison, compare_mechanisms
 
 __all__ = [
-    "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker", "StepStats", "TrainResult",
+    "Comparison", "compare_mechanisms", "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker", "StepStats", "TrainResult",
     "Trainer", "TrainingParts", "backward_on_batch", "build_training", "init_distributed", "train",
     "training_threads",
 ]

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt.checkpoint import load_checkpoint, load_model_state
-from attnmt.config import RunConfig
+from attnmt.runs.checkpoint import load_checkpoint, load_model_state
+from attnmt.runs.run_config import RunConfig
 from attnmt.data import (
     Batch,
     ParallelCorpus,
@@ -26,14 +26,14 @@ from attnmt.data import (
     make_batches,
     train_tokenizers,
 )
-from attnmt.data.links import AlignmentGuide, check_links_file
-from attnmt.device import available_memory, describe, enable_tf32, memory_size, resolve_device
+from attnmt.data.link_files import AlignmentGuide, check_links_file
+from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
 from attnmt.errors import ConfigError
-from attnmt.files import remove_stale_temporaries, write_text_atomic
+from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
-from attnmt.precision import grad_scaler
-from attnmt.runs import CONFIG_FILE, LAST, METRICS, check_run_dir, write_metrics
+from attnmt.runtime.precision import grad_scaler
+from attnmt.runs.folder import CONFIG_FILE, LAST, METRICS, check_run_dir, write_metrics
 from attnmt.training.distributed import DistributedContext, training_threads
 from attnmt.training.randomness import restore_rng_state, seed_everything
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from attnmt.device import local_rank, resolve_device
+from attnmt.runtime.device import local_rank, resolve_device
 
 __all__ = ["DistributedContext", "init_distributed", "training_threads"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from attnmt.models.losses import guided_alignment_loss, select_attention, token_losses
-from attnmt.precision import autocast
+from attnmt.runtime.precision import autocast
 
 __all__ = ["GuideBatch", "StepStats", "backward_on_batch"]
 
@@ -35,7 +35,7 @@ class StepStats:
 
 @dataclass
 class GuideBatch:
-    """The guided-alignment term of one batch: target A [B, T, S] (``attnmt.data.links``), weight λ,
+    """The guided-alignment term of one batch: target A [B, T, S] (``attnmt.data.link_files``), weight λ,
     and the 0-based layer and head (None = mean) of the cross-attention it guides."""
 
     target: torch.Tensor

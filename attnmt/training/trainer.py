@@ -14,7 +14,7 @@
 the model, Adam and schedule states, the random states of every rank, the position (epoch, batch
 within it, step) and the running sums. A run killed at any moment (even with SIGKILL) and continued
 with ``--resume`` restarts at the batch after the checkpoint with the same random state, and so
-ends with the same numbers as a run never stopped. Run-folder files: ``attnmt.runs``.
+ends with the same numbers as a run never stopped. Run-folder files: ``attnmt.runs.folder``.
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.checkpoint import make_checkpoint, save_checkpoint
-from attnmt.config import RunConfig
+from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
+from attnmt.runs.run_config import RunConfig
 from attnmt.data import batch_indices, collate, shard
-from attnmt.evaluation import bleu, likelihood_sums, perplexity_from_sums
-from attnmt.plotting import plot_attention
-from attnmt.runs import BEST, LAST, append_metrics, writer_lock
+from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
+from attnmt.visual.heatmap import plot_attention
+from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
 from attnmt.training.statistics import RunningStatistics, perplexity_of
 from attnmt.training.step import GuideBatch, backward_on_batch
 from attnmt.training.tensorboard import TensorBoardLog
-from attnmt.translator import Translator
+from attnmt.decoding.translator import Translator
 
 __all__ = ["TrainResult", "Trainer", "train"]
 

@@ -47,8 +47,8 @@ import torch
 
 from attnmt.data.corpus import read_lines
 from attnmt.errors import DataError
-from attnmt.files import write_text_atomic
-from attnmt.names import GUIDE_UNALIGNED
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.choices import GUIDE_UNALIGNED
 
 __all__ = [
     "AlignmentGuide", "GoldAlignment", "GuideReport", "check_link_range", "check_links_file", "format_pharaoh",
@@ -216,7 +216,7 @@ def write_pharaoh(
         raise ValueError(f"write_pharaoh: {len(possible)} sentences of possible links for {len(alignments)}")
     path = Path(path)
     if path.exists() and not overwrite:
-        raise DataError(f"{path} exists; refusing to overwrite it (use --overwrite)")
+        raise DataError(f"{path} exists; refusing to overwrite it (pass overwrite=True)")
     if path.is_dir():
         raise DataError(f"{path} is a folder; give a file name for the links")
     extra = possible if possible is not None else [()] * len(alignments)

@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from attnmt import __version__
+from attnmt._version import __version__
 from attnmt.errors import CheckpointError
-from attnmt.files import atomic_writer
+from attnmt.runtime.atomic_files import atomic_writer
 
 FORMAT = "attnmt-checkpoint"
 FORMAT_VERSION = 2

@@ -1,5 +1,5 @@
 """Comparing attention mechanisms: each trained with several seeds, evaluated, and summarised
-(``attnmt compare``). Evaluating one run is ``attnmt.evaluation``'s.
+(``attnmt compare``). Evaluating one run is ``attnmt.evaluation.evaluate``'s.
 
 A comparison of mechanisms is a folder::
 
@@ -39,13 +39,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnmt.config import RunConfig, load_config
+from attnmt.runs.run_config import RunConfig, load_config
 from attnmt.data import load_split
-from attnmt.device import describe, resolve_device
+from attnmt.runtime.device import describe, resolve_device
 from attnmt.errors import ConfigError
-from attnmt.evaluation import evaluate_run
-from attnmt.files import write_bytes_atomic, write_text_atomic
-from attnmt.runs import (
+from attnmt.evaluation.evaluate import evaluate_run
+from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
+from attnmt.runs.folder import (
     LAST,
     eval_json_path,
     read_saved_config,
@@ -53,8 +53,8 @@ from attnmt.runs import (
     training_finished,
     writer_lock,
 )
-from attnmt.tables import format_table
-from attnmt.training import Trainer
+from attnmt.runtime.tables import format_table
+from attnmt.training.trainer import Trainer
 
 METRICS = ("perplexity", "bleu", "chrf")
 METRIC_LABELS = {"perplexity": "perplexity", "bleu": "BLEU", "chrf": "chrF"}
@@ -204,7 +204,7 @@ def _check_same_config(run_dir: Path, requested: RunConfig) -> RunConfig:
     except ConfigError as error:
         raise ConfigError(
             f"{run_dir}: this run was made with another config than the comparison asks for now "
-            f"({error}). Use another --out, or the settings the comparison was started with."
+            f"({error}). Use another folder, or the settings the comparison was started with."
         ) from None
 
 
@@ -263,15 +263,15 @@ def compare_mechanisms(
         raise ConfigError("give at least one attention mechanism to compare")
     duplicated = sorted({m for m in mechanisms if mechanisms.count(m) > 1})
     if duplicated:
-        raise ConfigError(f"--attention names {', '.join(duplicated)} more than once")
+        raise ConfigError(f"mechanisms={' '.join(mechanisms)}: names {', '.join(duplicated)} more than once")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ConfigError(f"--runs must be an integer >= 1, got {runs!r}")
+        raise ConfigError(f"runs={runs!r}: must be an integer >= 1")
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise ConfigError(f"--beam must be an integer >= 1, got {beam!r}")
+        raise ConfigError(f"beam={beam!r}: must be an integer >= 1")
     limits = {key: value for key, value in (limits or {}).items() if value is not None}
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder; choose another --out")
+        raise ConfigError(f"{out}: exists and is not a folder; choose another folder")
 
     def config_for(mechanism: str, seed: int):
         return load_config(config_path, {"attention": mechanism, "seed": seed, "device": device, **limits},

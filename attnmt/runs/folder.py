@@ -4,7 +4,7 @@ Files of a run folder (written by ``attnmt train``; only rank 0 writes)::
 
     config.yaml                      the resolved run config
     spm.*.model, tokenizers.json     the tokenizers (also inside every checkpoint)
-    last.pt, best.pt                 checkpoints (attnmt.checkpoint); best.pt holds no optimizer state
+    last.pt, best.pt                 checkpoints (attnmt.runs.checkpoint); best.pt holds no optimizer state
     metrics.jsonl                    one JSON record a line: "train" every log_every steps, "epoch" per
                                      validation at an epoch end, "valid" for the validation when a step or
                                      time limit stops training mid-epoch, and a final "summary"
@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
-from attnmt.config import RunConfig, yaml_load
+from attnmt.runs.run_config import RunConfig, yaml_load
 from attnmt.errors import CheckpointError, ConfigError
-from attnmt.files import write_text_atomic
+from attnmt.runtime.atomic_files import write_text_atomic
 
 __all__ = [
     "BEST", "CONFIG_FILE", "LAST", "LOCK", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
@@ -68,7 +68,7 @@ def checkpoint_path(run: str | Path, checkpoint: str = "best") -> Path:
     path = run / CHECKPOINT_NAMES.get(checkpoint, checkpoint)
     if not path.is_file():
         other = [name for name, file in CHECKPOINT_NAMES.items() if (run / file).is_file() and name != checkpoint]
-        hint = f"; this run has {' and '.join(other)} (use --checkpoint {other[0]})" if other else \
+        hint = f"; this run has {' and '.join(other)} (use checkpoint={other[0]})" if other else \
             "; the run has no checkpoint yet"
         raise CheckpointError(f"{path}: checkpoint not found{hint}")
     return path
@@ -86,19 +86,19 @@ def check_run_dir(run_dir: str | Path, resume: bool) -> bool:
     """
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: exists and is not a folder; choose another --out")
+        raise ConfigError(f"{run_dir}: exists and is not a folder; choose another folder")
     has_files = run_dir.is_dir() and any(path.name != LOCK for path in run_dir.iterdir())
     if not resume:
         if has_files:
             raise ConfigError(
-                f"{run_dir}: run folder already exists and is not empty; pass --resume to continue "
-                f"that run, or choose another --out (nothing was overwritten)"
+                f"{run_dir}: run folder already exists and is not empty; pass resume=True to continue "
+                f"that run, or choose another folder (nothing was overwritten)"
             )
         return False
     if not (run_dir / LAST).is_file() and (run_dir / BEST).is_file():
         raise ConfigError(
             f"{run_dir / LAST}: missing, but the run has a {BEST}: it trained past a checkpoint, so starting "
-            f"it afresh would overwrite that; copy {BEST} elsewhere or start a new run in another --out"
+            f"it afresh would overwrite that; copy {BEST} elsewhere or start a new run in another folder"
         )
     return (run_dir / LAST).is_file()
 
@@ -111,7 +111,7 @@ def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
     so the kernel releases it when the process ends, even by SIGKILL."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{folder}: exists and is not a folder; choose another --out")
+        raise ConfigError(f"{folder}: exists and is not a folder; choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / LOCK, "a", encoding="utf-8") as handle:
         try:
@@ -119,7 +119,7 @@ def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
         except BlockingIOError:
             raise ConfigError(
                 f"{folder}: another attnmt {command} is writing into this folder right now (it holds "
-                f"{folder / LOCK}); wait for it to end, or choose another --out"
+                f"{folder / LOCK}); wait for it to end, or choose another folder"
             ) from None
         try:
             yield
@@ -167,9 +167,9 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
         differences = config_differences(old, new)
         if differences:
             raise ConfigError(
-                "--resume: the config differs from the one the run was started with: "
+                "resume=True: the config differs from the one the run was started with: "
                 + "; ".join(differences)
-                + ". Resume without --config (the run's own config is used) or start a new run."
+                + ". Resume without giving the config again (the run's own config is used) or start a new run."
             )
         for key in RESUMABLE_CHANGES:
             setattr(saved.training, key, getattr(requested.training, key))

@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 from attnmt.errors import OutputError
 
-__all__ = ["atomic_writer", "remove_stale_temporaries", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_writer", "check_target", "remove_stale_temporaries", "write_bytes_atomic", "write_text_atomic"]
 
 
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
@@ -81,3 +81,15 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` as UTF-8 to ``path`` atomically; returns ``path``."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def check_target(path: str | os.PathLike, overwrite: bool) -> Path:
+    """``path`` as a file to write: IsADirectoryError for a folder, FileExistsError for an existing
+    file without ``overwrite``; its folder is created."""
+    target = Path(path)
+    if target.is_dir():
+        raise IsADirectoryError(f"{target} is a folder; give a file name to write to")
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} exists; pass overwrite=True to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target

@@ -1,15 +1,16 @@
 """Word alignment from a trained translator: its attention while force-decoding a given translation.
 
-A translator run (``attnmt train``) is made to *read* a sentence pair instead of translating:
-the source words go into the encoder and the decoder is fed the given target under teacher
-forcing, ``tgt_in = BOS + target pieces``. At every target position the decoder's attention over
-the source is read off; nothing is searched, so the weights describe the pair as given.
+A translator (an attnmt run, or a Hugging Face model) is made to *read* a sentence pair instead of
+translating: the source words go into the encoder and the decoder is fed the given target under
+teacher forcing, ``tgt_in = start + target pieces`` (``attnmt.models.readout``). At every target
+position the decoder's attention over the source is read off; nothing is searched, so the weights
+describe the pair as given.
 
 Pipeline for one pair (source x of S words, target y of T words)::
 
     pieces     every word encoded on its own with the run's sentencepiece model, so word k owns
                the pieces P(k) = [start_k, stop_k); sources get EOS appended as in training
-    forward    model(src, src_mask, tgt_in, return_attention="heads")
+    forward    the translator's force_decode (attnmt.models.readout)
                -> a: [L, h, n + 1, m + 1]  (L cross-attention layers, h heads, n target pieces,
                   m source pieces; row t is the step whose decoder input is tgt_in[t])
     select     one layer l and one head, or the mean over the heads of layer l
@@ -20,23 +21,17 @@ Pipeline for one pair (source x of S words, target y of T words)::
                its remaining sum, so each target piece's row is again a distribution
     merge      W[i, j] = mean_{t ∈ Q(i)} sum_{s ∈ P(j)} a[t, s]
                (Q(i) the pieces of target word i): the mass a target word put on a source word,
-               rows still summing to 1 — the rule of ``attnmt.plotting.merge_subwords``, applied
-               to the exact word spans rather than to a regrouping of the pieces by "▁"
+               rows still summing to 1: ``attnmt.data.pieces.merge_spans``, on the exact word
+               spans rather than on a regrouping of the pieces by "▁"
     result     W: [T, S], rows = target words, as ``attnmt.alignment.align_corpus`` expects
 
 Why every word is encoded on its own: gold sentences are pre-tokenized and their word positions
-are what the gold links count. sentencepiece splits on whitespace before segmenting, so encoding a
-word alone gives exactly the pieces it gets inside the sentence (the model sees the same ids as in
-training), and the word owning each piece is known without guessing from "▁" marks — which fail
-for words sentencepiece splits oddly (``x☃y`` → ``▁ <unk> y``, which a regrouping by "▁" reads as
-three words, or a word given with a no-break space inside). A word whose encoding is empty (only
-characters the normaliser deletes, e.g. a zero-width space) becomes one UNK piece, so it keeps its
-row or column.
+are what the gold links count (``attnmt.data.pieces.word_pieces`` says why this is exact).
 
 Direction. The alignment's source is the translator's source by default. A translator trained the
 other way round (French → English when English is the alignment source) is run on the pair
 swapped and its weights transposed: then *columns* are the decoder's distributions (``src_lang``
-picks the direction from the run's languages).
+picks the direction from the run's languages; a Hugging Face model is read as it translates).
 
 Which attention. Single-attention models (RNN) have one layer; ``multihead`` RNN attention has h
 heads. For a Transformer the default is the mean over the heads of the *penultimate* decoder layer
@@ -49,7 +44,7 @@ count from the end (−1 = last).
 Which reading. A decoder whose query has just consumed the previous target word (the RNN's
 ``parallel`` flow: h_i = RNN(y_{i−1}, h_{i−1}), a_i = Attn(h_i, ·) without input feeding) tends to
 look at the source word of y_{i−1}, i.e. one position late; ``shift`` corrects for exactly that,
-and the benchmark (``benchmarks/alignment.py --run``) chooses it on the trial set only.
+and ``benchmarks/alignment_translator.py`` chooses it on the trial set only.
 """
 
 from __future__ import annotations
@@ -59,15 +54,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from tqdm.auto import tqdm
 
 from attnmt.alignment.links import align_corpus
-from attnmt.data import batches_for_inference
+from attnmt.data.pieces import Span, merge_spans, spans_of, word_pieces
+from attnmt.decoding.hf import HFTranslator
+from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
 from attnmt.models.common import default_layer, resolve_position
-from attnmt.special_tokens import UNK_ID
-from attnmt.translator import Translator
+from attnmt.models.readout import DEFAULT_MAX_TOKENS
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -79,64 +73,6 @@ __all__ = [
     "word_pieces",
 ]
 
-#: bound on B · max(S, T) padded tokens per forward call (as ``data.max_tokens`` in training)
-DEFAULT_MAX_TOKENS = 4000
-
-Span = tuple[int, int]
-
-
-# --------------------------------------------------------------------------- words <-> pieces
-
-
-def word_pieces(tokenizer, words: Sequence[str]) -> tuple[list[int], list[Span]]:
-    """The piece ids of ``words`` and each word's span ``(start, stop)`` in them.
-
-    Every word is encoded alone (see the module doc); a word with an empty encoding becomes one
-    UNK piece. ``ids[start:stop]`` are the pieces of that word; the spans tile ``ids`` in order.
-    """
-    if isinstance(words, str):
-        raise TypeError("word_pieces: words must be a list of words, not one string (split it first)")
-    ids: list[int] = []
-    spans: list[Span] = []
-    for word_ids in tokenizer.encode_many(list(words)) if len(words) else []:
-        word_ids = list(word_ids) or [UNK_ID]
-        spans.append((len(ids), len(ids) + len(word_ids)))
-        ids.extend(word_ids)
-    return ids, spans
-
-
-def _check_spans(spans: Sequence[Span], length: int, name: str) -> np.ndarray:
-    """Start positions of ``spans``, after checking that they tile ``0 … length`` without gaps."""
-    position = 0
-    for start, stop in spans:
-        if start != position or stop <= start:
-            raise ValueError(f"{name} must tile 0..{length} with non-empty consecutive spans, got {list(spans)}")
-        position = stop
-    if position != length:
-        raise ValueError(f"{name} cover {position} pieces but the weights have {length}")
-    return np.asarray([start for start, _ in spans], dtype=np.int64)
-
-
-def merge_spans(weights: Any, src_spans: Sequence[Span], tgt_spans: Sequence[Span]) -> np.ndarray:
-    """Piece weights ``[n, m]`` to word weights ``[T, S]`` (float64), the words given by their spans.
-
-        W[i, j] = mean_{t ∈ Q(i)} sum_{s ∈ P(j)} weights[t, s]
-
-    with P(j) = range(*src_spans[j]) and Q(i) = range(*tgt_spans[i]): summed over a source word's
-    pieces (the mass the word received), averaged over a target word's pieces (a row that sums to
-    1 over pieces still sums to 1 over words). The same rule as ``plotting.merge_subwords``.
-    """
-    matrix = np.asarray(weights, dtype=np.float64)
-    if matrix.ndim != 2:
-        raise ValueError(f"merge_spans: weights must be [n, m], got shape {matrix.shape}")
-    if not src_spans or not tgt_spans:
-        return np.zeros((len(tgt_spans), len(src_spans)))
-    src_starts = _check_spans(src_spans, matrix.shape[1], "src_spans")
-    tgt_starts = _check_spans(tgt_spans, matrix.shape[0], "tgt_spans")
-    per_source_word = np.add.reduceat(matrix, src_starts, axis=1)  # [n, S]
-    sizes = np.asarray([stop - start for start, stop in tgt_spans], dtype=np.float64)
-    return np.add.reduceat(per_source_word, tgt_starts, axis=0) / sizes[:, None]  # [T, S]
-
 
 def piece_to_word_weights(
     piece_weights: Any,
@@ -147,7 +83,7 @@ def piece_to_word_weights(
     """``piece_weights: [n, m + 1]`` (last column: the source EOS) -> word weights ``[T, S]``.
 
     Drops the EOS column, with ``renormalize`` divides each row by what is left of it (a row with
-    nothing left stays 0), then merges pieces into words (:func:`merge_spans`).
+    nothing left stays 0), then merges pieces into words (``attnmt.data.pieces.merge_spans``).
     """
     matrix = np.asarray(piece_weights, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape[1] < 1:
@@ -167,7 +103,7 @@ def guided_reading(run_config) -> dict[str, Any] | None:
 
     ``{"layer": int | None, "head": int | "mean", "shift": bool, "renormalize": bool}`` from
     ``training.guide_layer``, ``guide_head`` (None there = the mean) and ``guide_shift`` of a run (an
-    ``attnmt.config.RunConfig``) trained with ``data.train_links``. ``renormalize`` is False for a run
+    ``attnmt.runs.run_config.RunConfig``) trained with ``data.train_links``. ``renormalize`` is False for a run
     whose unaligned words were guided to the source EOS (``guide_unaligned: eos``): the weight such a
     row puts on EOS is its "unaligned", which renormalising would undo.
     """
@@ -233,7 +169,7 @@ class ForcedAttention:
 
 
 class TranslatorAligner:
-    """A trained translator's attention as a weight function for :func:`attnmt.alignment.align_corpus`.
+    """A translator's attention as a weight function for :func:`attnmt.alignment.align_corpus`.
 
         aligner = TranslatorAligner("runs/hansards-rnn")            # best.pt, forward direction
         aligner.precompute(src_sentences, tgt_sentences)            # batched force-decoding
@@ -244,7 +180,8 @@ class TranslatorAligner:
     Sentences are lists of words; their case is kept (the run's tokenizer learned the training
     text's case). :meth:`align` does both steps.
 
-    run          a run folder, a checkpoint file, or a loaded :class:`attnmt.translator.Translator`
+    run          a run folder, a checkpoint file, a loaded :class:`attnmt.decoding.Translator`, or an
+                 :class:`attnmt.decoding.hf.HFTranslator`
     checkpoint   "best" or "last" (for a run folder)
     layer, head  which cross-attention (module doc): numbers from 1, negative from the end;
                  head "mean" = the mean over the heads. None = the run's choice: the layer, head
@@ -274,12 +211,19 @@ class TranslatorAligner:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
     ):
-        self.translator = run if isinstance(run, Translator) else Translator.load(run, checkpoint, num_threads)
+        self.translator = run if isinstance(run, (Translator, HFTranslator)) else \
+            Translator.load(run, checkpoint, num_threads)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"TranslatorAligner: max_tokens must be a positive integer, got {max_tokens!r}")
-        model = self.translator.model
-        self.layers, self.heads = model.cross_attention_layers, model.attention_heads
-        guided = guided_reading(self.translator.run_config)
+        if isinstance(self.translator, HFTranslator):
+            self.layers, self.heads = self.translator.layers, self.translator.heads
+            self.run_languages: tuple[str | None, str | None] = (None, None)
+            guided = None
+        else:
+            model = self.translator.model
+            self.layers, self.heads = model.cross_attention_layers, model.attention_heads
+            self.run_languages = (self.translator.tokenizers.src_lang, self.translator.tokenizers.tgt_lang)
+            guided = guided_reading(self.translator.run_config)
         if guided is not None:
             layer = guided["layer"] if layer is None else layer
             head = guided["head"] if head is None else head
@@ -293,35 +237,26 @@ class TranslatorAligner:
         self.guided = guided is not None
         self.renormalize = True if renormalize is None else bool(renormalize)
         self.max_tokens = max_tokens
-        tokenizers = self.translator.tokenizers
-        self.run_languages = (tokenizers.src_lang, tokenizers.tgt_lang)
-        if src_lang is None or src_lang == tokenizers.src_lang:
+        src, tgt = self.run_languages
+        if src_lang is None or src_lang == src or src is None:
             self.reversed = False
-        elif src_lang == tokenizers.tgt_lang:
+        elif src_lang == tgt:
             self.reversed = True
         else:
-            raise ConfigError(
-                f"source language {src_lang!r} is neither of the run's languages: it translates "
-                f"{tokenizers.src_lang} → {tokenizers.tgt_lang}"
-            )
+            raise ConfigError(f"source language {src_lang!r} is neither of the run's languages: it translates "
+                              f"{src} → {tgt}")
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], np.ndarray] = {}
 
     # ---- description ----------------------------------------------------------------------------
 
     @property
-    def languages(self) -> tuple[str, str]:
-        """(alignment source language, alignment target language)."""
+    def languages(self) -> tuple[str | None, str | None]:
+        """(alignment source language, alignment target language); None for a Hugging Face model."""
         src, tgt = self.run_languages
         return (tgt, src) if self.reversed else (src, tgt)
 
     def describe(self) -> str:
         """One line: the model, the direction and the attention read."""
-        model = self.translator.model
-        config = getattr(model, "config", None)
-        kind = getattr(model, "model_type", type(model).__name__)
-        if kind == "rnn" and config is not None:
-            kind += f", {config.attention} attention, {config.flow} flow"
-        src, tgt = self.run_languages
         heads = f"head {self.head} of {self.heads}" if self.head is not None else \
             f"mean of {self.heads} head{'s' if self.heads != 1 else ''}"
         reading = "input reading (shift)" if self.shift else "output reading"
@@ -329,10 +264,18 @@ class TranslatorAligner:
             reading += ", EOS weight kept as 'unaligned'"
         if self.guided:
             reading += " (the run's guided-alignment defaults)"
+        where = f"layer {self.layer} of {self.layers}, {heads}, {reading}"
+        if isinstance(self.translator, HFTranslator):
+            return f"{self.translator.name}: {where}"
+        model = self.translator.model
+        config = getattr(model, "config", None)
+        kind = getattr(model, "model_type", type(model).__name__)
+        if kind == "rnn" and config is not None:
+            kind += f", {config.attention} attention, {config.flow} flow"
+        src, tgt = self.run_languages
         direction = (f"reversed: {tgt} is the alignment source, the pair is force-decoded {src} → {tgt} and the "
                      f"weights transposed") if self.reversed else f"alignment source {src} = the translator's source"
-        return (f"{kind} translator {src} → {tgt}; layer {self.layer} of {self.layers}, {heads}, {reading}; "
-                f"{direction}")
+        return f"{kind} translator {src} → {tgt}; {where}; {direction}"
 
     # ---- force-decoding ---------------------------------------------------------------------------
 
@@ -400,6 +343,10 @@ class TranslatorAligner:
         self.precompute(src_sentences, tgt_sentences, progress)
         return align_corpus(self, src_sentences, tgt_sentences, method, progress=progress)
 
+    def _pieces(self, words: Sequence[str], side: str) -> tuple[list[int], list[Span]]:
+        """The pieces of ``words`` (each word encoded alone) and each word's span."""
+        return spans_of(self.translator.encode_words(words, side), self.translator.unk_id)
+
     def _force_decode(
         self,
         src_sentences: Sequence[Sequence[str]],
@@ -420,41 +367,16 @@ class TranslatorAligner:
         live = [k for k in range(len(reader_src)) if len(reader_src[k]) and len(reader_tgt[k])]
         if not live:
             return
-        src_tok, tgt_tok = self.translator.tokenizers.src, self.translator.tokenizers.tgt
-        src_ids, src_spans, tgt_ids, tgt_spans = [], [], [], []
+        sources, outputs, src_spans, tgt_spans = [], [], [], []
+        eos = self.translator.eos_id
         for k in live:
-            ids, spans = word_pieces(src_tok, reader_src[k])
-            src_ids.append(ids)
+            ids, spans = self._pieces(reader_src[k], "source")
+            sources.append(ids + [eos])
             src_spans.append(spans)
-            ids, spans = word_pieces(tgt_tok, reader_tgt[k])
-            tgt_ids.append(ids)
+            ids, spans = self._pieces(reader_tgt[k], "target")
+            outputs.append(ids + [eos])
             tgt_spans.append(spans)
-        batches = batches_for_inference(src_ids, max_tokens=self.max_tokens, tgt_ids=tgt_ids)
-
-        model = self.translator.model
-        bar = None
-        if progress:
-            bar = tqdm(total=len(live), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5)
-        was_training = model.training
-        model.eval()
-        try:
-            device = next(model.parameters()).device
-            for batch in batches:
-                batch = batch.to(device)
-                with torch.inference_mode():
-                    _, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
-                weights = weights.float().cpu().numpy()  # [B, L, h, T, S]
-                for row, position in enumerate(batch.indices):
-                    n, m = len(tgt_ids[position]), len(src_ids[position])
-                    yield live[position], ForcedAttention(
-                        weights=np.ascontiguousarray(weights[row, :, :, : n + 1, : m + 1]),
-                        src_spans=src_spans[position],
-                        tgt_spans=tgt_spans[position],
-                        reversed=self.reversed,
-                    )
-                if bar is not None:
-                    bar.update(len(batch.indices))
-        finally:
-            model.train(was_training)
-            if bar is not None:
-                bar.close()
+        for position, reading in self.translator.force_decode(sources, outputs, max_tokens=self.max_tokens,
+                                                              progress=progress):
+            yield live[position], ForcedAttention(weights=reading.weights, src_spans=src_spans[position],
+                                                  tgt_spans=tgt_spans[position], reversed=self.reversed)

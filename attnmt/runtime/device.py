@@ -61,12 +61,12 @@ def resolve_device(name: str = "auto", local_rank: int | None = None) -> torch.d
             return torch.device("cpu")
     if name == "mps":
         if not _mps_available():
-            raise ConfigError("device mps: Apple's MPS is not available on this machine; use --device cpu or auto")
+            raise ConfigError("device mps: Apple's MPS is not available on this machine; use device=cpu or auto")
         return torch.device("mps")
     if not torch.cuda.is_available():
         raise ConfigError(
             f"device {name}: CUDA is not available on this machine (this PyTorch {torch.__version__} "
-            f"{'has no CUDA support' if torch.version.cuda is None else 'finds no GPU'}); use --device cpu or auto"
+            f"{'has no CUDA support' if torch.version.cuda is None else 'finds no GPU'}); use device=cpu or auto"
         )
     count = torch.cuda.device_count()
     if name == "cuda":

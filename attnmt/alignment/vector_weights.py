@@ -43,7 +43,7 @@ import numpy as np
 from attnmt.alignment.vectors import WordVectors
 from attnmt.attention.reference import scaled_dot_product_attention
 from attnmt.errors import DataError
-from attnmt.names import SCORINGS
+from attnmt.runtime.choices import SCORINGS
 
 __all__ = [
     "DEFAULT_DISTORTION",

@@ -24,7 +24,7 @@ never cut; null keeps all) and ``max_tokens`` (4096; a batch holds at most B · 
 tokens, see ``batching``). ``train_links`` (null) names a file of word links for the training
 pairs (Pharaoh ``i-j``, 0-based, source first, one line per line of the ``train`` files; e.g.
 written by ``attnmt align``): with it, training guides the attention towards them
-(``attnmt.data.links``; weight and reading in the ``training:`` section).
+(``attnmt.data.link_files``; weight and reading in the ``training:`` section).
 
 **Relative paths** (files and ``data_dir``) are resolved against ``base_dir``: the folder of the
 config file when the caller passes it to ``from_dict`` (the trainer does), else the current

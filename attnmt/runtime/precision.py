@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from attnmt.errors import ConfigError
-from attnmt.names import PRECISIONS
+from attnmt.runtime.choices import PRECISIONS
 
 __all__ = ["PRECISIONS", "autocast", "check_precision", "grad_scaler"]
 

@@ -28,9 +28,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from attnmt.errors import ConfigError, DataError
-from attnmt.files import atomic_writer
-from attnmt.plotting import PLOT_FORMATS, plot_metadata
-from attnmt.runs import METRICS
+from attnmt.runtime.atomic_files import atomic_writer
+from attnmt.visual.heatmap import PLOT_FORMATS, plot_metadata
+from attnmt.runs.folder import METRICS
 
 __all__ = ["Curves", "plot_curves", "read_curves"]
 
@@ -108,7 +108,7 @@ def plot_curves(
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; give a file name")
     if path.exists() and not overwrite:
-        raise ConfigError(f"{path}: already exists; pass --overwrite to replace it")
+        raise ConfigError(f"{path}: already exists; pass overwrite=True to replace it")
     if not runs:
         raise ConfigError("give at least one run folder")
     all_curves = [read_curves(run, name) for run, name in zip(runs, _names([Path(run) for run in runs]))]

@@ -18,7 +18,7 @@ replacement (Koehn, 2004, for BLEU) and recomputes the corpus AER of each redraw
 counts; ``aer_interval`` gives the central ``level`` share of those values, a percentile interval.
 ``paired_bootstrap`` scores two aligners on the same redraws, for whether one beats the other.
 
-The file formats (NAACL, Pharaoh) and their readers live in ``attnmt.data.links``.
+The file formats (NAACL, Pharaoh) and their readers live in ``attnmt.data.link_files``.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from attnmt.data.links import (
+from attnmt.data.link_files import (
     GoldAlignment,
     Links,
     read_naacl_alignments,
     read_pharaoh_alignments,
 )
-from attnmt.names import GOLD_FORMATS
+from attnmt.runtime.choices import GOLD_FORMATS
 
 __all__ = ["GOLD_FORMATS", "aer_interval", "alignment_error_rate", "bootstrap_aers", "paired_bootstrap", "read_gold"]
 #: sentence indices held at once while redrawing (a block of redraws at a time): bounds the memory

@@ -15,7 +15,7 @@ Every translated sentence becomes one ``AttentionRecord``:
 L is the number of decoder layers that attend over the source (1 for the RNN), h the number of
 heads (1 for a single-head mechanism). The weights come from *force-decoding* the search's output:
 teacher forcing on BOS + output under the model gives, step by step, the weights the search saw
-(``attnmt.viewing.force_decoded_attention``).
+(``attnmt.models.readout``).
 
 Two formats, chosen by the file's suffix:
 
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from attnmt.errors import ConfigError, DataError
-from attnmt.files import write_bytes_atomic
-from attnmt.plotting import group_pieces, merge_subwords
+from attnmt.runtime.atomic_files import write_bytes_atomic
+from attnmt.data.pieces import group_pieces, merge_subwords
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_records", "load_attention", "save_attention"]
 
@@ -75,7 +75,7 @@ class AttentionRecord:
     def word_weights(self, layer: int = -1, head: int | None = None) -> np.ndarray:
         """[T', S'] over output and source words for one layer (default the last) and one head
         (default the mean over the heads): summed over a source word's pieces, averaged over an
-        output word's pieces (``attnmt.plotting.merge_subwords``)."""
+        output word's pieces (``attnmt.data.pieces.merge_subwords``)."""
         per_head = self.weights[layer]
         matrix = per_head.mean(axis=0) if head is None else per_head[head]
         return merge_subwords(matrix, self.src_pieces, self.out_pieces)[0]
@@ -97,12 +97,11 @@ def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
 
 def attention_records(translator, translations: Sequence, indices: Sequence[int] | None = None) -> list[AttentionRecord]:
     """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
-    every layer's and head's weights force-decoded (``translator.layer_head_attention``). ``indices`` numbers
-    the records (default 0, 1, ...), e.g. with the input line each came from."""
+    every layer's and head's weights force-decoded (``translator.read_attention``). ``indices``
+    numbers the records (default 0, 1, ...), e.g. with the input line each came from."""
     indices = range(len(translations)) if indices is None else indices
     records = []
-    for index, translation in zip(indices, translations):
-        weights = translator.layer_head_attention(translation)
+    for index, translation, weights in zip(indices, translations, translator.read_attention(translations)):
         src_words, src_word_of_piece = _words(translation.src_pieces)
         out_words, out_word_of_piece = _words(translation.out_pieces)
         records.append(AttentionRecord(
@@ -123,7 +122,7 @@ def check_attention_path(path: str | os.PathLike, overwrite: bool = False) -> Pa
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; give a file name")
     if path.exists() and not overwrite:
-        raise ConfigError(f"{path}: already exists; pass --overwrite to replace it")
+        raise ConfigError(f"{path}: already exists; pass overwrite=True to replace it")
     return path
 
 

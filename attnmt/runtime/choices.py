@@ -1,10 +1,10 @@
 """The names the command line offers as choices, importable without torch or NumPy (keeps
 ``attnmt --help`` fast). Each list belongs to the module named beside it, which imports it from here."""
 
-#: numeric precisions of training and search (see attnmt.precision)
+#: numeric precisions of training and search (see attnmt.runtime.precision)
 PRECISIONS = ("fp32", "bf16", "fp16")
 
-#: devices (see attnmt.device): auto, cpu, cuda, cuda:N or mps
+#: devices (see attnmt.runtime.device): auto, cpu, cuda, cuda:N or mps
 DEVICES_HELP = "auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps"
 
 #: ways of turning attention weights into links (see attnmt.alignment.links)
@@ -13,12 +13,12 @@ LINK_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-d
 #: ways to make one set of links from two directional ones (``attnmt.alignment.symmetrize``)
 SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
-#: vector-attention scorings (see attnmt.alignment.weights)
+#: vector-attention scorings (see attnmt.alignment.vector_weights)
 SCORINGS = ("cosine", "seed")
 
-#: gold alignment file formats (see attnmt.alignment.metrics)
+#: gold alignment file formats (see attnmt.alignment.aer)
 GOLD_FORMATS = ("naacl", "pharaoh")
 
 #: what guided alignment does with a target word that has no link (training.guide_unaligned;
-#: see attnmt.data.links)
+#: see attnmt.data.link_files)
 GUIDE_UNALIGNED = ("ignore", "eos")

@@ -1,0 +1,130 @@
+"""Reading a model's attention while it reads a given output: the one read-out of attnmt.
+
+To see where a translator looks when it produces an output ``y`` for a source ``x``, the decoder is
+*force-decoded*: it reads ``y`` under teacher forcing instead of searching, and at every output
+position the cross-attention over the source is read off. Nothing is searched, so the weights
+describe the pair as given; for the output of a search they are the weights the search saw, step
+by step, since the decoder reads exactly the tokens it produced.
+
+For one pair, with complete rows of token ids (the special tokens included)::
+
+    source          x_1 … x_S                what the encoder reads (attnmt's sources end with EOS)
+    output          y_1 … y_T                what the decoder predicts (usually ending with EOS)
+    decoder input   start, y_1 … y_{T−1}     teacher forcing
+
+    weights    [L, h, T, S]   row t: the attention over the source of the step that predicts y_t,
+                              in each of the L decoder layers that attend over the source, per head
+    log_probs  [T]            log p(y_t | y_<t, x)   (with ``log_probs=True``)
+
+Pairs are read in batches under a token budget, B · max(S, T) ≤ ``max_tokens``, longest first,
+padded with ``specials.pad``. The model sees the source mask and its decoder is causal, so a pair's
+weights do not depend on the other pairs of its batch.
+
+The model keeps attnmt's contract (``attnmt.models``)::
+
+    logits [B, T, V], weights [B, L, h, T, S] = model(src [B, S], src_mask [B, S], tgt_in [B, T],
+                                                      return_attention="heads")
+
+and has ``parameters()`` on one device. A Hugging Face model fits it through
+``attnmt.decoding.hf.HFReadout``. The viewer (a translation's weights per layer and head), the
+aligner (``attnmt.alignment.translator_attention``) and Hugging Face translators all read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from attnmt.data.batching import longest_first
+from attnmt.data.special_tokens import BOS_ID, PAD_ID
+
+__all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedReading", "SpecialIds", "force_decode"]
+
+#: bound on B · max(S, T) padded tokens per forward call (as ``data.max_tokens`` in training)
+DEFAULT_MAX_TOKENS = 4000
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The ids the read-out adds: ``pad`` fills the rows of a batch, ``start`` is the decoder's
+    first input (attnmt's BOS; a Hugging Face model's ``decoder_start_token_id``)."""
+
+    pad: int
+    start: int
+
+
+ATTNMT_SPECIALS = SpecialIds(pad=PAD_ID, start=BOS_ID)
+
+
+@dataclass
+class ForcedReading:
+    """What force-decoding one pair read (module docstring): ``weights`` [L, h, T, S] float32 and,
+    when asked for, ``log_probs`` [T] float32."""
+
+    weights: np.ndarray
+    log_probs: np.ndarray | None = None
+
+
+def _padded(rows: Sequence[Sequence[int]], width: int, pad: int) -> torch.Tensor:
+    return torch.tensor([list(row) + [pad] * (width - len(row)) for row in rows], dtype=torch.long)
+
+
+def force_decode(
+    model,
+    sources: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    log_probs: bool = False,
+    specials: SpecialIds = ATTNMT_SPECIALS,
+    progress: bool = False,
+) -> Iterator[tuple[int, ForcedReading]]:
+    """``(k, reading)`` for every pair ``(sources[k], outputs[k])``, batch by batch (longest first).
+
+    sources, outputs: complete rows of token ids (module docstring); every row needs at least one
+    token. The model runs in eval mode under ``torch.inference_mode`` and gets its mode back.
+    """
+    if len(sources) != len(outputs):
+        raise ValueError(f"force_decode: {len(sources)} sources but {len(outputs)} outputs")
+    for name, rows in (("source", sources), ("output", outputs)):
+        if any(len(row) == 0 for row in rows):
+            raise ValueError(f"force_decode: every {name} needs at least one token (its EOS)")
+    widths = [max(len(source), len(output)) for source, output in zip(sources, outputs)]
+    batches = longest_first(widths, max_tokens=max_tokens)
+    device = next(model.parameters()).device
+    bar = tqdm(total=len(sources), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5) \
+        if progress else None
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in batches:
+            src_lengths = torch.tensor([len(sources[k]) for k in batch])
+            src = _padded([sources[k] for k in batch], int(src_lengths.max()), specials.pad)
+            src_mask = torch.arange(src.shape[1]).unsqueeze(0) < src_lengths.unsqueeze(1)
+            tgt_in = _padded([[specials.start, *outputs[k][:-1]] for k in batch],
+                             max(len(outputs[k]) for k in batch), specials.pad)
+            with torch.inference_mode():
+                logits, weights = model(src.to(device), src_mask.to(device), tgt_in.to(device),
+                                        return_attention="heads")
+                weights = weights.float().cpu().numpy()  # [B, L, h, T, S]
+                scores = None
+                if log_probs:
+                    targets = _padded([outputs[k] for k in batch], tgt_in.shape[1], specials.pad).to(device)
+                    scores = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
+                    scores = scores.squeeze(-1).cpu().numpy()  # [B, T]
+            for row, k in enumerate(batch):
+                length, source_length = len(outputs[k]), len(sources[k])
+                yield k, ForcedReading(
+                    weights=np.ascontiguousarray(weights[row, :, :, :length, :source_length]),
+                    log_probs=None if scores is None else scores[row, :length].copy(),
+                )
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        model.train(was_training)
+        if bar is not None:
+            bar.close()

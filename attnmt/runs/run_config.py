@@ -1,0 +1,408 @@
+"""The configuration of a training run: ``data``, ``model``, ``training`` and ``search`` sections.
+
+A run is described by one YAML file::
+
+    data:      # attnmt.data.DataConfig: corpus, tokenizer, batching
+      dataset: multi30k
+      src_lang: de
+      tgt_lang: en
+    model:     # attnmt.models.RNNConfig or TransformerConfig, chosen by type
+      type: rnn
+      attention: scaled_dot
+    training:  # TrainingConfig below
+      lr: 0.001
+      max_epochs: 20
+    search:    # SearchConfig below: defaults of greedy/beam decoding for this run
+      max_len_a: 1.5
+
+Every section may be left out (its defaults apply; ``model`` defaults to ``{type: rnn}``). An
+unknown key or an invalid value raises ConfigError naming the key, the value and the file.
+``apply_overrides`` applies the command-line options (``--attention``, ``--seed``,
+``--max-epochs``, ``--max-steps``, ``--max-minutes`` and generic ``--set section.key=value``).
+A run folder keeps the resolved config as ``config.yaml``, and every checkpoint stores it as a
+plain dict (``RunConfig.to_dict()``), so a run can be re-created from either.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from attnmt.runtime.checks import dataclass_from_dict, is_int, is_number
+from attnmt.data.data_config import DataConfig
+from attnmt.runtime.device import check_device_name
+from attnmt.errors import ConfigError
+from attnmt.models import ModelConfig, model_config
+from attnmt.runtime.choices import GUIDE_UNALIGNED
+from attnmt.runtime.precision import check_precision
+
+__all__ = ["MAX_LEN_A", "MAX_LEN_B", "RunConfig", "SearchConfig", "TrainingConfig", "apply_overrides", "load_config",
+           "yaml_load"]
+
+SECTIONS = ("data", "model", "training", "search")
+LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
+
+
+@dataclass
+class TrainingConfig:
+    """How a model is trained (the ``training:`` section).
+
+    seed                     fixes initialisation, dropout and data order (the order of epoch e is a
+                             function of (seed, e) only, which makes an exact resume possible)
+    lr                       Adam learning rate
+    max_epochs               stop after this many passes over the training data
+    max_steps                stop after this many optimizer steps (null = no limit)
+    max_minutes              stop after this much training time, summed over resumes (null = no limit)
+    clip_norm                clip the global gradient norm to this (null = no clipping)
+    lr_schedule              "constant": lr after a linear warm-up over warmup_steps (if any);
+                             "inverse_sqrt": lr · min(step / warmup_steps, sqrt(warmup_steps / step))
+                             (Vaswani et al. 2017; needs warmup_steps >= 1); "cosine": warm-up,
+                             then from lr down to min_lr over the budget (max_steps and/or
+                             max_minutes; attnmt.training.schedule)
+    warmup_steps             steps of warm-up (0 = none)
+    label_smoothing          ε of the training loss; perplexity is always computed without it
+    lr_decay                 decay on plateau (as ReduceLROnPlateau): the lr is multiplied by lr_decay
+                             when the validation loss did not improve for more than lr_patience
+                             epoch-end evaluations (1.0 = never decay); on top of lr_schedule
+    lr_patience              evaluations without improvement before the lr decays
+    min_lr                   the lr never decays below this
+    early_stopping_patience  stop after this many evaluations without a better validation loss
+                             (null = never stop early)
+    log_every                write a ``train`` record to metrics.jsonl every this many steps
+    eval_every               validate every this many epochs (and always after the last one)
+    checkpoint_every         save the last checkpoint every this many steps (and after every epoch)
+    num_threads              torch threads per process (null = $OMP_NUM_THREADS if set, else
+                             cpu_count // world_size)
+    bleu_max_sentences       greedy validation BLEU on the first this many validation sentences
+                             (null = all; 0 = no BLEU during training)
+    examples                 attention heatmaps of this many fixed validation sentences per epoch
+    device                   where to train: auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N
+                             or mps (attnmt.runtime.device); under torchrun each rank takes its LOCAL_RANK GPU
+    precision                "fp32", "bf16" or "fp16": the forward pass under autocast on the device
+                             (matrix products in 16 bits; weights, gradients, optimizer state, the
+                             loss and all validation stay float32); fp16 scales the loss with a
+                             GradScaler saved in the checkpoint (attnmt.runtime.precision). bf16 gives
+                             1.3-1.6x the tokens/s on CPUs with AVX512-BF16 or AMX
+                             (benchmarks/training_speed.py), possibly less on others
+    guide_weight             λ of the guided-alignment loss, used when ``data.train_links`` is set
+                             (attnmt.models.losses): loss = CE + λ · Σ −A log a / target tokens
+    guide_layer              the decoder layer whose attention is guided, from 1 (−1 = last; null =
+                             the penultimate one, the only one for an RNN), as ``attnmt align --layer``
+    guide_head               the head guided (from 1), null = the mean over the heads
+    guide_shift              guide the step whose decoder *input* is the target word (read it with
+                             ``attnmt align --shift``) instead of the step that predicts it
+    guide_unaligned          "ignore": target words without a link are not guided; "eos": a target
+                             word with no link at all (sure or possible) is guided to the source EOS,
+                             so the attention can say "unaligned"; such runs are read without
+                             renormalising (attnmt.alignment.translator_attention). Possible links (``ipj``,
+                             ``attnmt align --eflomal --possible union``) mark a word as aligned
+                             without guiding it
+    tensorboard              also write the metrics as TensorBoard event files into RUN/tensorboard
+                             (needs ``pip install attnmt[tensorboard]``; ``attnmt curves`` needs
+                             nothing more than metrics.jsonl)
+    """
+
+    seed: int = 1
+    lr: float = 1e-3
+    max_epochs: int = 20
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    clip_norm: float | None = 1.0
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    label_smoothing: float = 0.1
+    lr_decay: float = 0.5
+    lr_patience: int = 0
+    min_lr: float = 1e-5
+    early_stopping_patience: int | None = 3
+    log_every: int = 50
+    eval_every: int = 1
+    checkpoint_every: int = 200
+    num_threads: int | None = None
+    bleu_max_sentences: int | None = None
+    examples: int = 3
+    device: str = "auto"
+    precision: str = "fp32"
+    guide_weight: float = 1.0
+    guide_layer: int | None = None
+    guide_head: int | None = None
+    guide_shift: bool = False
+    guide_unaligned: str = "ignore"
+    tensorboard: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid value."""
+        def fail(key: str, wanted: str) -> None:
+            raise ConfigError(f"training.{key}: must be {wanted}, got {getattr(self, key)!r}")
+
+        if not is_int(self.seed) or self.seed < 0:
+            fail("seed", "an integer >= 0")
+        if not is_number(self.lr) or self.lr <= 0:
+            fail("lr", "a number > 0")
+        for key in ("max_epochs", "log_every", "eval_every", "checkpoint_every"):
+            if not is_int(getattr(self, key)) or getattr(self, key) < 1:
+                fail(key, "an integer >= 1")
+        for key in ("max_steps", "num_threads"):
+            value = getattr(self, key)
+            if value is not None and (not is_int(value) or value < 1):
+                fail(key, "an integer >= 1 or null")
+        if self.max_minutes is not None and (not is_number(self.max_minutes) or self.max_minutes <= 0):
+            fail("max_minutes", "a number > 0 or null")
+        if self.clip_norm is not None and (not is_number(self.clip_norm) or self.clip_norm <= 0):
+            fail("clip_norm", "a number > 0 or null")
+        if self.lr_schedule not in LR_SCHEDULES:
+            fail("lr_schedule", f"one of {', '.join(LR_SCHEDULES)}")
+        if not is_int(self.warmup_steps) or self.warmup_steps < 0:
+            fail("warmup_steps", "an integer >= 0")
+        if self.lr_schedule == "inverse_sqrt" and self.warmup_steps < 1:
+            fail("warmup_steps", "an integer >= 1 with lr_schedule: inverse_sqrt")
+        if self.lr_schedule == "cosine" and self.max_steps is None and self.max_minutes is None:
+            fail("lr_schedule", "cosine only with a budget to fall over: max_steps or max_minutes")
+        if not is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
+            fail("label_smoothing", "a number in [0, 1)")
+        if not is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
+            fail("lr_decay", "a number in (0, 1]")
+        if not is_int(self.lr_patience) or self.lr_patience < 0:
+            fail("lr_patience", "an integer >= 0")
+        if not is_number(self.min_lr) or self.min_lr < 0:
+            fail("min_lr", "a number >= 0")
+        if self.early_stopping_patience is not None and (
+            not is_int(self.early_stopping_patience) or self.early_stopping_patience < 1
+        ):
+            fail("early_stopping_patience", "an integer >= 1 or null")
+        if self.bleu_max_sentences is not None and (not is_int(self.bleu_max_sentences) or self.bleu_max_sentences < 0):
+            fail("bleu_max_sentences", "an integer >= 0 or null")
+        if not is_int(self.examples) or self.examples < 0:
+            fail("examples", "an integer >= 0")
+        check_device_name(self.device, "training.device")
+        check_precision(self.precision, "training.precision")
+        if not is_number(self.guide_weight) or self.guide_weight <= 0:
+            fail("guide_weight", "a number > 0")
+        for key in ("guide_layer", "guide_head"):
+            value = getattr(self, key)
+            if value is not None and (not is_int(value) or value == 0):
+                fail(key, "a non-zero integer (from 1, or negative from the end) or null")
+        for key in ("guide_shift", "tensorboard"):
+            if not isinstance(getattr(self, key), bool):
+                fail(key, "true or false")
+        if self.guide_unaligned not in GUIDE_UNALIGNED:
+            fail("guide_unaligned", " or ".join(f'"{choice}"' for choice in GUIDE_UNALIGNED))
+        # Integers are fine where floats are meant (YAML reads "1" as an int).
+        for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight"):
+            setattr(self, key, float(getattr(self, key)))
+        for key in ("max_minutes", "clip_norm"):
+            if getattr(self, key) is not None:
+                setattr(self, key, float(getattr(self, key)))
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "TrainingConfig":
+        return dataclass_from_dict(cls, values, "training")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: The largest max_len_a and max_len_b a search takes: an output 10 times its source's length plus
+#: 1,000 tokens is already no translation, and an untrained model that never ends a sentence
+#: decodes every step of the limit.
+MAX_LEN_A = 10
+MAX_LEN_B = 1000
+
+
+@dataclass
+class SearchConfig:
+    """Defaults of decoding (the ``search:`` section of a run config; the only place they are written):
+    the ``Translator`` takes one, and ``attnmt.decoding.search`` takes its defaults from it.
+
+    beam        1 = greedy search
+    alpha       GNMT length penalty of beam search ((5 + |y|) / 6) ** alpha; 0 = none
+    max_len_a, max_len_b   an output has at most max_len_a · |x| + max_len_b tokens (at most
+                MAX_LEN_A and MAX_LEN_B: beyond them an untrained model would decode for hours)
+    batch_size  sentences decoded at once
+    precision   "fp32", "bf16" or "fp16": the search's matrix products under autocast
+                (log-probabilities and scores stay float32 / float64); faster on CPUs with
+                AVX512-BF16 or AMX and on GPUs, and its outputs can differ from fp32 ones
+    device      where to search: auto (CUDA, else MPS, else the CPU), cpu, cuda, cuda:N or mps
+    """
+
+    beam: int = 1
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    batch_size: int = 64
+    precision: str = "fp32"
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        for key in ("beam", "batch_size"):
+            if not is_int(getattr(self, key)) or getattr(self, key) < 1:
+                raise ConfigError(f"search.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
+        if not is_int(self.max_len_b) or not 0 <= self.max_len_b <= MAX_LEN_B:
+            raise ConfigError(f"search.max_len_b: must be an integer from 0 to {MAX_LEN_B}, got {self.max_len_b!r}")
+        for key in ("alpha", "max_len_a"):
+            if not is_number(getattr(self, key)) or getattr(self, key) < 0:
+                raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
+            setattr(self, key, float(getattr(self, key)))
+        if self.max_len_a > MAX_LEN_A:
+            raise ConfigError(f"search.max_len_a: at most {MAX_LEN_A} (an output {MAX_LEN_A} times as long as "
+                              f"its source), got {self.max_len_a!r}")
+        check_precision(self.precision, "search.precision")
+        check_device_name(self.device, "search.device")
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "SearchConfig":
+        return dataclass_from_dict(cls, values, "search")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run: one typed section each."""
+
+    data: DataConfig
+    model: ModelConfig = field(default_factory=lambda: model_config(None))
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+    @classmethod
+    def from_dict(cls, values: dict | None, base_dir: str | Path | None = None) -> "RunConfig":
+        """Build and validate from a plain dict; relative data paths resolve against ``base_dir``.
+
+        Every section checks its own keys and values (ConfigError names the first bad one).
+        """
+        values = {} if values is None else values
+        if not isinstance(values, dict):
+            raise ConfigError(f"the config must be a mapping with sections {', '.join(SECTIONS)}, got {values!r}")
+        unknown = sorted(set(values) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown section(s) {', '.join(map(repr, unknown))}; valid sections: {', '.join(SECTIONS)}"
+            )
+        return cls(
+            data=DataConfig.from_dict(values.get("data"), base_dir=base_dir),
+            model=model_config(copy.deepcopy(values.get("model"))),
+            training=TrainingConfig.from_dict(values.get("training")),
+            search=SearchConfig.from_dict(values.get("search")),
+        )
+
+    def to_dict(self, resolve_paths: bool = True) -> dict[str, Any]:
+        """Plain data (YAML- and checkpoint-ready); data paths made absolute by default."""
+        return {
+            "data": self.data.to_dict(resolve_paths=resolve_paths),
+            "model": self.model.to_dict(),
+            "training": self.training.to_dict(),
+            "search": self.search.to_dict(),
+        }
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    @property
+    def attention(self) -> str | None:
+        """The attention mechanism of an RNN model (None for a Transformer)."""
+        return getattr(self.model, "attention", None)
+
+
+def _yaml_loader():
+    """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``)."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return Loader
+
+
+def yaml_load(text: str) -> Any:
+    """Parse YAML text safely (no code), with ``1e-3`` read as a number."""
+    return yaml.load(text, Loader=_yaml_loader())
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None, set_options: list[str] | None = None) -> RunConfig:
+    """Read a YAML run config; ConfigError (naming the file) when it is missing or invalid.
+
+    overrides: the named command-line options (see ``apply_overrides``).
+    set_options: ``["section.key=value", ...]`` with YAML values, e.g. ``training.lr=5e-4``.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read the config ({error})") from None
+    try:
+        values = yaml_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+    values = {} if values is None else values
+    try:
+        values = apply_overrides(values, overrides or {}, set_options or [])
+        return RunConfig.from_dict(values, base_dir=path.resolve().parent)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+# command-line option name -> (section, key)
+OVERRIDE_KEYS = {
+    "attention": ("model", "attention"),
+    "seed": ("training", "seed"),
+    "max_epochs": ("training", "max_epochs"),
+    "max_steps": ("training", "max_steps"),
+    "max_minutes": ("training", "max_minutes"),
+    "device": ("training", "device"),
+}
+
+
+def apply_overrides(values: dict, overrides: dict[str, Any], set_options: list[str] | tuple[str, ...] = ()) -> dict:
+    """A copy of the config dict with command-line overrides applied (None values are skipped).
+
+    overrides: ``{"attention": "dot", "seed": 3, "max_epochs": 1, "max_steps": None, ...}``
+    set_options: ``"section.key=value"`` strings; the value is read as YAML (``1e-3``, ``null``, ``[a, b]``).
+    """
+    if not isinstance(values, dict):
+        raise ConfigError(f"the config must be a mapping with sections {', '.join(SECTIONS)}, got {values!r}")
+    values = copy.deepcopy(values)
+    for name, value in overrides.items():
+        if name not in OVERRIDE_KEYS:
+            raise ValueError(f"apply_overrides: unknown override {name!r}; known: {', '.join(OVERRIDE_KEYS)}")
+        if value is None:
+            continue
+        section, key = OVERRIDE_KEYS[name]
+        _section(values, section)[key] = value
+    for option in set_options:
+        target, sep, raw = option.partition("=")
+        section, dot, key = target.strip().partition(".")
+        if not sep or not dot or not key or section not in SECTIONS:
+            raise ConfigError(
+                f"set_options={option!r}: expected SECTION.KEY=VALUE with SECTION one of {', '.join(SECTIONS)}"
+            )
+        try:
+            parsed = yaml_load(raw) if raw.strip() else None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"set_options={option!r}: the value is not valid YAML ({error})") from None
+        _section(values, section)[key] = parsed
+    return values
+
+
+def _section(values: dict, section: str) -> dict:
+    current = values.get(section)
+    if current is None:
+        current = values[section] = {} if section != "model" else {"type": "rnn"}
+    if not isinstance(current, dict):
+        raise ConfigError(f"{section}: must be a mapping, got {current!r}")
+    return current

@@ -1,0 +1,61 @@
+"""A run folder written by attnmt 0.1.0 (``tests/data/runs-0.1.0``, made by its ``make_runs.py``
+before the layout of 0.2.0) translates with greedy and beam search, evaluates and resumes exactly
+as 0.1.0 did: the same outputs, scores, attention and metric records."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnmt
+from attnmt.cli import main as cli_main
+
+LEGACY = Path(__file__).resolve().parent / "data" / "runs-0.1.0"
+EXPECTED = json.loads((LEGACY / "expected.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def legacy_run(tmp_path) -> Path:
+    """A copy of the 0.1.0 RNN run whose config names the copied data: a run moved with its data."""
+    run = tmp_path / "rnn"
+    shutil.copytree(LEGACY / "rnn", run)
+    for name in ("train.de", "train.en", "valid.de", "valid.en"):
+        shutil.copy(LEGACY / name, tmp_path / name)
+    config = run / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace(f"{EXPECTED['work_folder']}/data", str(tmp_path)),
+                      encoding="utf-8")
+    return run
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_a_run_of_0_1_0_translates_as_it_did(legacy_run, beam):
+    translator = attnmt.Translator.load(legacy_run)
+    translations = translator.translate(EXPECTED["sentences"], beam=beam, return_attention=True)
+    for translation, expected in zip(translations, EXPECTED["rnn"]["translations"][f"beam{beam}"], strict=True):
+        assert translation.output == expected["output"]
+        assert translation.out_pieces == expected["out_pieces"]
+        assert translation.score == pytest.approx(expected["score"], abs=1e-6)
+        np.testing.assert_allclose(translation.attention, expected["attention"], atol=2e-6)
+        [heads] = translator.read_attention([translation])
+        np.testing.assert_allclose(heads, expected["heads"], atol=2e-6)
+
+
+def test_a_run_of_0_1_0_evaluates_as_it_did(legacy_run, capsys):
+    for beam, expected in EXPECTED["rnn"]["evaluation"].items():
+        assert cli_main(["evaluate", str(legacy_run), "--split", "valid", "--beam", beam, "--no-progress",
+                         "-n", "0"]) == 0
+        name = "eval-valid.json" if beam == "1" else f"eval-valid-beam{beam}.json"
+        report = json.loads((legacy_run / name).read_text(encoding="utf-8"))
+        assert {key: report[key] for key in expected} == pytest.approx(expected, abs=1e-9)
+
+
+def test_a_run_of_0_1_0_resumes_as_it_did(legacy_run, capsys):
+    assert cli_main(["train", "--out", str(legacy_run), "--resume", "--max-steps", "20", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (legacy_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    comparable = [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s")} for r in records
+                  if r["type"] != "summary"]
+    assert comparable == EXPECTED["rnn"]["resumed_records"]
