@@ -10,7 +10,7 @@ ATTNMT  := $(VENV)/bin/attnmt
 SHARED_DATA := $(abspath ../shared/data)
 export ATTNMT_DATA_DIR ?= $(if $(wildcard $(SHARED_DATA)/multi30k),$(SHARED_DATA),)
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check attnmt tests benchmarks scripts
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) benchmarks/attention.py

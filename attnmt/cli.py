@@ -14,6 +14,7 @@ import argparse
 import importlib
 import re
 import sys
+import warnings
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
@@ -58,6 +59,14 @@ def in_command_words(message: str, parser: argparse.ArgumentParser) -> str:
     return re.sub(rf"(?<![\w.-])({names})=(True\b)?", as_option, message)
 
 
+def show_warnings_in_one_line(command: str) -> None:
+    """Python warnings (an option's old name, ...) as one line each on stderr, like the errors."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"attnmt {command}: warning: {message}", file=sys.stderr if file is None else file)
+
+    warnings.showwarning = show
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnmt",
@@ -90,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 0
+    show_warnings_in_one_line(args.command)
     try:
         return int(args.run(args) or 0)
     except AttnmtError as error:

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -86,10 +86,10 @@ def _check_sizes(num_keys: int, dim: int, *, orthogonal: bool) -> None:
 def _scales_or_default(scales: Sequence[float] | None, dim: int) -> np.ndarray:
     if scales is None:
         return np.asarray(DEFAULT_LOGIT_SCALES, dtype=np.float64) * math.sqrt(dim)
-    scales = np.asarray(scales, dtype=np.float64)
-    if scales.ndim != 1 or scales.size == 0 or not np.all(np.isfinite(scales)):
-        raise ValueError(f"scales must be a non-empty 1-D sequence of finite numbers, got {scales!r}")
-    return scales
+    values = np.asarray(scales, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"scales must be a non-empty 1-D sequence of finite numbers, got {values!r}")
+    return values
 
 
 def _random_unit_vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
@@ -130,7 +130,7 @@ def _first_below(threshold: float, values: np.ndarray, scales: np.ndarray) -> fl
 
 
 # ----------------------------------------------------------------------------------------------
-# Task 1.1: copying
+# Copying: can one query put (almost) all its weight on one value?
 
 
 @dataclass(frozen=True)
@@ -219,12 +219,12 @@ def copy_demo(
     _check_sizes(num_keys, dim, orthogonal=False)
     if not 0 <= target < num_keys:
         raise ValueError(f"target must be in [0, {num_keys}), got {target}")
-    scales = _scales_or_default(scales, dim)
+    chosen = _scales_or_default(scales, dim)
     rng = np.random.default_rng(seed)
     keys = _random_unit_vectors(rng, num_keys, dim)  # [m, d]
     values = _values(rng, num_keys, dim)  # [m, d_v]
 
-    queries = scales[:, None] * keys[target][None, :]  # [S, d]: one query row per scale
+    queries = chosen[:, None] * keys[target][None, :]  # [S, d]: one query row per scale
     outputs, weights = scaled_dot_product_attention(queries, keys, values)  # [S, d_v], [S, m]
     error = np.linalg.norm(outputs - values[target], axis=-1)
 
@@ -233,7 +233,7 @@ def copy_demo(
         num_keys=num_keys,
         dim=dim,
         target=target,
-        scales=scales,
+        scales=chosen,
         weight_on_target=weights[:, target],
         error=error,
         weights=weights,
@@ -242,7 +242,7 @@ def copy_demo(
 
 
 # ----------------------------------------------------------------------------------------------
-# Task 1.2: average of two
+# Averaging: can one query put half its weight on each of two values?
 
 
 @dataclass(frozen=True)
@@ -328,19 +328,19 @@ def average_demo(
     a, b = pair
     if a == b or not (0 <= a < num_keys and 0 <= b < num_keys):
         raise ValueError(f"pair must be two different key indices in [0, {num_keys}), got {pair}")
-    scales = _scales_or_default(scales, dim)
+    chosen = _scales_or_default(scales, dim)
     rng = np.random.default_rng(seed)
     keys = _orthonormal_vectors(rng, num_keys, dim)  # [m, d]
     values = _values(rng, num_keys, dim)  # [m, d_v]
 
-    queries = scales[:, None] * (keys[a] + keys[b])[None, :]  # [S, d]
+    queries = chosen[:, None] * (keys[a] + keys[b])[None, :]  # [S, d]
     outputs, weights = scaled_dot_product_attention(queries, keys, values)  # [S, d_v], [S, m]
     midpoint = (values[a] + values[b]) / 2
     return AverageResult(
         num_keys=num_keys,
         dim=dim,
         pair=(a, b),
-        scales=scales,
+        scales=chosen,
         weight_a=weights[:, a],
         weight_b=weights[:, b],
         weight_others=1.0 - weights[:, a] - weights[:, b],
@@ -349,7 +349,7 @@ def average_demo(
 
 
 # ----------------------------------------------------------------------------------------------
-# Tasks 1.3 and 1.4: noisy keys, one head and two heads
+# Noisy keys: how far one head's average swings, and what two heads fix
 
 
 @dataclass(frozen=True)
@@ -371,7 +371,7 @@ class NoiseStatistics:
 
 @dataclass(frozen=True)
 class DerivationCheck:
-    """Task 1.3 derivation checked on a few resamplings at one β (arrays of shape [n]).
+    """The noisy-keys derivation checked on a few resamplings at one β (arrays of shape [n]).
 
     The measured dot products and weight ratios must equal the formulas
     q·k_a = c·λ_a, q·k_b = c·λ_b and α_a/α_b = exp(c·(λ_a − λ_b)/√d).
@@ -642,9 +642,9 @@ def _run_noisy(
         raise ValueError(f"pair must be two different key indices in [0, {num_keys}), got {pair}")
     if samples < 2:
         raise ValueError(f"samples must be >= 2 to measure a spread, got {samples}")
-    betas = np.asarray(DEFAULT_BETAS if betas is None else betas, dtype=np.float64)
-    if betas.ndim != 1 or betas.size == 0 or np.any(betas < 0) or not np.all(np.isfinite(betas)):
-        raise ValueError(f"betas must be a non-empty 1-D sequence of numbers >= 0, got {betas!r}")
+    spreads = np.asarray(DEFAULT_BETAS if betas is None else betas, dtype=np.float64)
+    if spreads.ndim != 1 or spreads.size == 0 or np.any(spreads < 0) or not np.all(np.isfinite(spreads)):
+        raise ValueError(f"betas must be a non-empty 1-D sequence of numbers >= 0, got {spreads!r}")
     scale = DEFAULT_NOISY_LOGIT_SCALE * math.sqrt(dim) if scale is None else float(scale)
 
     rng = np.random.default_rng(seed)
@@ -653,7 +653,7 @@ def _run_noisy(
     # One set of standard normals for every β (common random numbers): the rows of the table
     # differ only by β, so the trend is not blurred by fresh sampling noise in each row.
     noise = rng.standard_normal((samples, num_keys))  # [N, m]
-    multipliers = 1.0 + betas[:, None, None] * noise[None]  # λ: [B, N, m]
+    multipliers = 1.0 + spreads[:, None, None] * noise[None]  # λ: [B, N, m]
     keys = multipliers[..., None] * directions  # k_i = λ_i·μ_i: [B, N, m, d]
 
     # The query and the values are the same in every resampling: they broadcast over [B, N].
@@ -670,7 +670,7 @@ def _run_noisy(
 
     return _NoisyRun(
         scale=scale,
-        betas=betas,
+        betas=spreads,
         pair=(a, b),
         directions=directions,
         values=values,

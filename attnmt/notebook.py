@@ -7,7 +7,7 @@ still works and warns once.
 import warnings
 
 from attnmt.visual.notebook import *  # noqa: F403 (this old path gives the new module's public names)
-from attnmt.visual.notebook import __all__  # noqa: F401
+from attnmt.visual.notebook import __all__  # noqa: F401 (the same names for a star import of the old path)
 
-warnings.warn("attnmt.notebook is deprecated; import from attnmt (e.g. attnmt.show) or attnmt.visual.notebook",
-              DeprecationWarning, stacklevel=2)
+warnings.warn("attnmt.notebook is deprecated; import from attnmt (e.g. attnmt.show) or "
+              "attnmt.visual.notebook", DeprecationWarning, stacklevel=2)

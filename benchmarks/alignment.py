@@ -55,7 +55,8 @@ Prints a table and writes ``benchmarks/results/alignment.json`` (the ``"vector"`
 in the file are kept). A run trained with guided alignment (``data.train_links``) records its guide
 settings there (``alignment_guide``).
 Run: ``.venv/bin/python benchmarks/alignment.py [--vectors DIR] [--max-lines N]``
-or   ``.venv/bin/python benchmarks/alignment.py --teacher [--eflomal-samplers 3 8 --eflomal-prefix 0 5] [--eflomal-vote]``
+or   ``.venv/bin/python benchmarks/alignment.py --teacher [--eflomal-samplers 3 8 --eflomal-prefix 0 5]
+     [--eflomal-vote]``
 or   ``.venv/bin/python benchmarks/alignment.py --students runs/hansards-align-en-fr runs/hansards-align-fr-en
      [--section students]``
 or   ``.venv/bin/python benchmarks/alignment.py --run runs/hansards-rnn [--checkpoint best]
@@ -74,7 +75,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+
+from portable import portable  # noqa: E402
 
 from attnmt.alignment import (  # noqa: E402
     LINK_METHODS,
@@ -95,7 +97,6 @@ from attnmt.data.corpus import read_lines, read_parallel  # noqa: E402
 from attnmt.data.link_files import format_pharaoh  # noqa: E402
 from attnmt.errors import ConfigError  # noqa: E402
 from attnmt.runtime.atomic_files import write_text_atomic  # noqa: E402
-from portable import portable  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 HANSARDS = DATA / "hansards-en-fr"
@@ -217,7 +218,7 @@ def vector_main(args) -> int:
     zero_trial = [(np.zeros_like(s), np.zeros_like(t)) for s, t in trial_vectors]
     zero_test = [(np.zeros_like(s), np.zeros_like(t)) for s, t in test_vectors]
 
-    seed_scoring = VectorScoring.seed()
+    seed_scoring = VectorScoring.scaled_dot()
     seed_test = score(test, test_vectors, seed_scoring)
     tuned = tune(trial, trial_vectors)
     position_tuned = tune(trial, zero_trial)
@@ -800,8 +801,14 @@ def students_main(args) -> int:
     """Both guided directions alone, symmetrised by links, and combined softly; chosen on trial."""
     import torch
 
-    from attnmt.alignment import (add_confident_links, combine_weights, src2tgt_links, symmetrize,
-                                  tgt2src_links, threshold_links)
+    from attnmt.alignment import (
+        add_confident_links,
+        combine_weights,
+        src2tgt_links,
+        symmetrize,
+        tgt2src_links,
+        threshold_links,
+    )
     from attnmt.alignment.translator_attention import TranslatorAligner
 
     started = time.perf_counter()

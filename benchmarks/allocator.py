@@ -23,9 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from portable import portable
+
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
-from portable import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 LIBRARIES = Path("/usr/lib/x86_64-linux-gnu")

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from functools import partial
 from pathlib import Path
 
 
@@ -59,15 +60,15 @@ if THREADS > 0:
     for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[variable] = str(THREADS)
 
-import numpy as np  # noqa: E402  (after the thread settings above)
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
 
-from attnmt.attention import reference  # noqa: E402
-from attnmt.attention.functional import scaled_dot_product_attention  # noqa: E402
-from attnmt.attention.multihead import MultiHeadAttention  # noqa: E402
+from attnmt.attention import reference
+from attnmt.attention.functional import scaled_dot_product_attention
+from attnmt.attention.multihead import MultiHeadAttention
 
 SHAPES = [(64, 1, 5, 64), (32, 8, 128, 64), (8, 8, 1024, 64), (1, 8, 4096, 64)]
 RESULTS = Path(__file__).resolve().parent / "results" / "attention.json"
@@ -148,13 +149,13 @@ def bench_functional(shapes, budget, max_repeats, progress) -> list[dict]:
         for shape in shapes:
             q, k, v = (torch.randn(shape, generator=generator) for _ in range(3))
             label = str(shape)
-            result = compare(lambda: scaled_dot_product_attention(q, k, v),
-                             lambda: F.scaled_dot_product_attention(q, k, v), budget, max_repeats)
+            result = compare(partial(scaled_dot_product_attention, q, k, v),
+                             partial(F.scaled_dot_product_attention, q, k, v), budget, max_repeats)
             rows.append(row("sdpa, no weights", label, "attnmt fused", "F.scaled_dot_product_attention",
                             result, 1.10))
             progress.update()
-            result = compare(lambda: scaled_dot_product_attention(q, k, v, need_weights=True),
-                             lambda: naive_torch_attention(q, k, v), budget, max_repeats)
+            result = compare(partial(scaled_dot_product_attention, q, k, v, need_weights=True),
+                             partial(naive_torch_attention, q, k, v), budget, max_repeats)
             rows.append(row("sdpa, with weights", label, "attnmt explicit", "naive matmul-softmax-matmul",
                             result, 1.00))
             progress.update()
@@ -172,13 +173,12 @@ def bench_multihead(shapes, budget, max_repeats, progress) -> list[dict]:
         x = torch.randn(batch, length, embed_dim, requires_grad=True)
         grad_output = torch.randn(batch, length, embed_dim)
 
-        def step(module, **kwargs):
-            def forward_backward():
-                output, _ = module(x, x, x, need_weights=False, **kwargs)
-                torch.autograd.grad(output, [x, *module.parameters()], grad_output)
-            return forward_backward
+        def forward_backward(module, x, grad_output):
+            output, _ = module(x, x, x, need_weights=False)
+            torch.autograd.grad(output, [x, *module.parameters()], grad_output)
 
-        result = compare(step(ours), step(baseline_module), budget, max_repeats)
+        result = compare(partial(forward_backward, ours, x, grad_output),
+                         partial(forward_backward, baseline_module, x, grad_output), budget, max_repeats)
         rows.append(row("MultiHeadAttention fwd+bwd", f"B={batch} L={length} E={embed_dim} h={heads}",
                         "attnmt MultiHeadAttention", "nn.MultiheadAttention", result, 1.15,
                         "self-attention, need_weights=False"))
@@ -191,8 +191,8 @@ def bench_numpy(shapes, budget, max_repeats, progress) -> list[dict]:
     rng = np.random.default_rng(0)
     for shape in shapes:
         q, k, v = (rng.normal(size=shape) for _ in range(3))
-        result = compare(lambda: reference.scaled_dot_product_attention(q, k, v),
-                         lambda: naive_numpy_attention(q, k, v), budget, max_repeats)
+        result = compare(partial(reference.scaled_dot_product_attention, q, k, v),
+                         partial(naive_numpy_attention, q, k, v), budget, max_repeats)
         rows.append(row("NumPy reference", str(shape), "reference (stable softmax)",
                         "naive NumPy (no max subtracted)", result, None, "float64"))
         progress.update()
@@ -262,7 +262,10 @@ def format_table(rows: list[dict]) -> str:
         met = "—" if r["met"] is None else ("yes" if r["met"] else "NO")
         lines.append([r["question"], r["shape"], contender, baseline, f"{r['ratio']:.3f}×", target, met])
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines)]
-    render = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+
+    def render(cells) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return "\n".join([render(header), render(["-" * w for w in widths]), *map(render, lines)])
 
 

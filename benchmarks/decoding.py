@@ -45,12 +45,12 @@ import time
 from pathlib import Path
 
 import torch
+from portable import portable
 
 from attnmt.data import batches_for_inference
-from attnmt.runtime.atomic_files import write_text_atomic
-from attnmt.models import build_model, count_parameters
 from attnmt.decoding.search import beam_search
-from portable import portable
+from attnmt.models import build_model, count_parameters
+from attnmt.runtime.atomic_files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "decoding.json"  # a trained run (--run)
@@ -91,7 +91,8 @@ def run_setup(run: str, source: str | None, sentences: int):
     ids = translator.tokenizers.src.encode_many(lines)
     config = translator.run_config.to_dict().get("model", {})
     description = f"trained run {run} ({config.get('type')}, {config.get('attention')}), {len(ids)} lines of {source}"
-    search = dict(alpha=translator.search_config.alpha, max_len_a=translator.search_config.max_len_a, max_len_b=translator.search_config.max_len_b)
+    settings = translator.search_config
+    search = dict(alpha=settings.alpha, max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
     return translator.model, ids, description, search
 
 
@@ -254,7 +255,8 @@ def main(argv=None) -> int:
         print(f"{'method':<26} {'decoder rows x steps':>21} {'decode_step s':>14}")
         for row in rows:
             print(f"{row['method']:<26} {row['decoder_row_steps']:>21,} {row['decoder_seconds']:>14.2f}")
-        print(f"decoder work: {work['row_steps']:,} rows x steps (one at a time) at {1e6 * work['best_seconds_per_row']:.1f} "
+        print(f"decoder work: {work['row_steps']:,} rows x steps (one at a time) at "
+              f"{1e6 * work['best_seconds_per_row']:.1f} "
               f"us a row (median of the fullest steps) = {work['floor_seconds']:.2f} s at least for any batched search:"
               f" speed-up ceiling {work['speedup_ceiling']:.1f}x")
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):

@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 import recipe
+from portable import portable
+
 from attnmt.cli import main as attnmt_cli
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
-from portable import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIG = PROJECT / "configs" / "multi30k_rnn_fast.yaml"

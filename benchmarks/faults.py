@@ -9,7 +9,7 @@
    line naming the file, exit status 2.
 3. A full disk. ``--disk`` cases over the eight commands that write files (train, evaluate, view,
    translate --plot, align, embed, explore --plot, compare): the output folder's file system is
-   full after a random number of bytes (simulated: ``tests.test_faults.FullDisk`` makes writes
+   full after a random number of bytes (simulated: ``tests/helpers.py``'s ``FullDisk`` makes writes
    there fail with ENOSPC). Every output must keep its previous version or hold its complete new
    one, no temporary file may be left, and the command must end with one line saying so; a killed
    training's checkpoints must load and ``--resume`` must end as the run never stopped.
@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import fcntl
 import gzip
+import importlib.util
 import io
 import json
 import os
@@ -55,18 +56,29 @@ from pathlib import Path
 
 import torch
 import yaml
-
-from attnmt.runs.checkpoint import load_checkpoint
-from attnmt.cli import main as cli_main
-from attnmt.errors import CheckpointError
-from attnmt.runtime.atomic_files import write_text_atomic
-from attnmt.runtime.tables import format_table
 from portable import portable
 
+from attnmt.cli import main as cli_main
+from attnmt.errors import CheckpointError
+from attnmt.runs.checkpoint import load_checkpoint
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
+
 PROJECT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT))
-from tests.test_faults import FullDisk  # noqa: E402  (the simulated full file system)
-from tests.test_training import comparable, save_yaml, tiny_config  # noqa: E402  (the tests' made-up task)
+
+
+def _test_helpers():
+    """``tests/helpers.py``, loaded from its file: the tests' made-up task and simulated full disk."""
+    spec = importlib.util.spec_from_file_location("attnmt_test_helpers", PROJECT / "tests" / "helpers.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_helpers = _test_helpers()
+FullDisk, comparable, save_yaml, tiny_run_config = (
+    _helpers.FullDisk, _helpers.comparable, _helpers.save_yaml, _helpers.tiny_run_config)
 
 RESULTS = PROJECT / "benchmarks" / "results" / "faults.json"
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
@@ -156,7 +168,7 @@ def run_cli(argv: list[str], stdin: bytes | None = None, limit: int = 120) -> tu
                 code = exit_.code if isinstance(exit_.code, int) else 1
     except Hang:
         return -2, out.getvalue(), err.getvalue() + "hang"
-    except Exception as error:  # noqa: BLE001 - that is what is measured
+    except Exception as error:  # any exception: that is what is measured
         return -1, out.getvalue(), f"Traceback: {type(error).__name__}: {error}"
     finally:
         signal.alarm(0)
@@ -168,7 +180,8 @@ def run_cli(argv: list[str], stdin: bytes | None = None, limit: int = 120) -> tu
 def damaged(folder: Path, reference: Path) -> list[dict]:
     damages = {
         "truncated last.pt": ("last.pt", lambda data: data[: len(data) // 2]),
-        "corrupt best.pt": ("best.pt", lambda data: data[:100] + bytes(random.Random(1).randrange(256) for _ in range(500))),
+        "corrupt best.pt": ("best.pt",
+                            lambda data: data[:100] + bytes(random.Random(1).randrange(256) for _ in range(500))),
         "empty best.pt": ("best.pt", lambda data: b""),
         "foreign last.pt": ("last.pt", None),
         "missing last.pt": ("last.pt", "delete"),
@@ -501,7 +514,8 @@ def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: 
         elif family == "curves":
             runs = rng.sample([str(run), str(run / "metrics.jsonl"), str(folder / "nope"), str(data["pickle"]),
                                str(data["latin1"]), str(data["empty"]), str(folder)], rng.randint(1, 3))
-            yield family, ["curves", *runs, "--out", str(folder / f"curves-{number}{pick(['.png', '.svg', '.gif', ''])}"),
+            suffix = pick(['.png', '.svg', '.gif', ''])
+            yield family, ["curves", *runs, "--out", str(folder / f"curves-{number}{suffix}"),
                            *(["--overwrite"] if rng.random() < 0.5 else [])], None
         else:
             yield family, ["explore", pick(["copy", "average", "noisy", "multihead", "all", "nope"]),
@@ -585,7 +599,7 @@ def main() -> None:
     begun = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="attnmt-faults-") as temporary:
         folder = Path(temporary)
-        config = save_yaml(folder, tiny_config(folder, train_pairs=300, max_epochs=3, max_steps=45,
+        config = save_yaml(folder, tiny_run_config(folder, train_pairs=300, max_epochs=3, max_steps=45,
                                                checkpoint_every=3, examples=0))
         started = time.monotonic()
         subprocess.run(train_command(config, folder / "reference"), env=ENV, check=True, capture_output=True)

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import yaml
+from portable import portable
 
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
-from portable import portable
 
 
 def summarize(run: Path) -> dict:

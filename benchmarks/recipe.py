@@ -20,8 +20,9 @@ import platform
 import sys
 from pathlib import Path
 
-from attnmt.runtime.atomic_files import write_text_atomic
 from portable import portable
+
+from attnmt.runtime.atomic_files import write_text_atomic
 
 
 def read_metrics(run: Path) -> list[dict]:
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(Path(args.json), json.dumps(portable(json.loads(json.dumps(result, default=str))), indent=2) + "\n")
+    plain = json.loads(json.dumps(result, default=str))
+    write_text_atomic(Path(args.json), json.dumps(portable(plain), indent=2) + "\n")
 
     t = result["training"]
     print(f"{run}: {result['parameters']:,} parameters; {t['epochs_completed']} epochs, {t['steps']} steps in "

@@ -10,7 +10,8 @@ feeds the recurrence and so must loop over time, are measured at the same sizes 
 A Multi30k-like batch by default: B = 64 sentences, source and target lengths around 20 (random
 between 16 and 24, padded), vocabulary 8000, embeddings 256, hidden 512, scaled dot-product
 attention; then a small model (vocabulary 2000, embeddings 64, hidden 128) on the same batch
-shape, where per-step overheads weigh more than arithmetic. Most of the time goes to the output layer, [B·T, 2H] × [2H, V], the same work in
+shape, where per-step overheads weigh more than arithmetic. Most of the time goes to the output
+layer, [B·T, 2H] × [2H, V], the same work in
 both methods; two variants show what remains: tied embeddings (the output goes through a
 2H → E projection) and CPU bfloat16 autocast (a trainer option, not a model one). Each variant
 is compared with the step loop of the same model in the same arithmetic. Every method runs
@@ -193,7 +194,8 @@ def measure(sizes: dict, args) -> dict:
         print(f"{row['method']:<31} {row['seconds_per_batch']:>8.3f} {row['target_tokens_per_second']:>9.0f} "
               f"{row['speedup']:>8.2f}x  {row['compared_with']:<25} {row['parameters']:>11,}")
     ceilings = []
-    for prefix, loop_name, forward_name in (("", loop, "parallel, forward"), ("tied: ", tied_loop, "parallel tied, forward")):
+    for prefix, loop_name, forward_name in (("", loop, "parallel, forward"),
+                                            ("tied: ", tied_loop, "parallel tied, forward")):
         shared_seconds = sum(statistics.median(times[prefix + part]) for part in ("encoder", "output layer + loss"))
         loop_seconds = statistics.median(times[loop_name])
         ceilings.append(dict(

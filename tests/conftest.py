@@ -1,4 +1,5 @@
-"""Shared test fixtures: the location of ../shared/data, seeded randomness, and what a missing
+"""Shared test fixtures: the location of ../shared/data, seeded randomness, tiny trained runs and a
+headless browser (both once per session, built from ``helpers.py``), and what a missing
 requirement does: a user's `make test` skips the test with the reason; under CI (CI=true) the
 test fails instead, so CI never passes by silently running less."""
 
@@ -8,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from helpers import TINY_MODELS, Browser, find_browser, run_trainer, tiny_run_config, write_corpus
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ATTNMT_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data"))
@@ -46,3 +49,30 @@ def _seed_torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session", params=list(TINY_MODELS))
+def tiny_run(request, tmp_path_factory) -> tuple[str, Path]:
+    """(name, run folder) of a run of a few steps for each of ``TINY_MODELS``, with a test split
+    ``made_up`` (the outputs are poor, which is fine: only shapes and numbers matter)."""
+    folder = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    config = tiny_run_config(folder, train_pairs=60, valid_pairs=5, max_steps=4, bleu_max_sentences=0, examples=0)
+    config["model"] = TINY_MODELS[request.param]
+    config["data"]["test"] = {"made_up": write_corpus(folder, "test", 8, seed=3)}
+    config["search"] = {"max_len_a": 1.0, "max_len_b": 3}
+    run_trainer(folder, config)
+    return request.param, folder / "run"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium (``helpers.Browser``); skipped with a reason where none is installed."""
+    executable = find_browser()
+    if executable is None:
+        skip_or_fail_in_ci("needs Chromium for the browser test (Debian: apt-get install chromium); "
+                           "it is not installed")
+    instance = Browser(executable)
+    try:
+        yield instance
+    finally:
+        instance.close()

@@ -63,7 +63,7 @@ def test_align_words_reads_the_seed_format_and_scores_like_the_seed(tiny_vectors
         pickle.dump(english.index, handle)
     np.savez(tmp_path / "embeddings_en.npz", embeddings=english.matrix)
     assert main(["align-words", "--src-vectors", str(tmp_path / "word2int_en.pkl"), str(tmp_path / "embeddings_en.npz"),
-                 "--tgt-vectors", str(tgt), "--src", "the cat", "--tgt", "le chat", "--scoring", "seed",
+                 "--tgt-vectors", str(tgt), "--src", "the cat", "--tgt", "le chat", "--scoring", "scaled_dot",
                  "--method", "match"]) == 0
     out = capsys.readouterr().out
     assert "raw dot product, τ=2, κ=0" in out

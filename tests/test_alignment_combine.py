@@ -74,7 +74,10 @@ class Recording:
 
 def test_combined_aligner_forwards_precompute_and_aligns_like_the_combined_matrix():
     diagonal = Recording(lambda t, s: np.eye(t, s) * 0.9 + 0.1 / s)
-    uniform = lambda src, tgt: np.full((len(tgt), len(src)), 1.0 / len(src))  # noqa: E731 (no precompute)
+
+    def uniform(src, tgt):  # a weight function without precompute
+        return np.full((len(tgt), len(src)), 1.0 / len(src))
+
     aligner = CombinedAligner([diagonal, uniform], [0.7, 0.3], names=["diagonal", "uniform"])
     src, tgt = [["a", "b", "c"], ["d"]], [["x", "y", "z"], ["w", "v"]]
     aligner.precompute(src, tgt)
@@ -87,8 +90,12 @@ def test_combined_aligner_forwards_precompute_and_aligns_like_the_combined_matri
 
 
 def test_combined_aligner_names_the_part_with_a_wrong_shape():
-    wrong = lambda src, tgt: np.ones((len(src), len(tgt)))  # noqa: E731 (transposed by mistake)
-    right = lambda src, tgt: np.ones((len(tgt), len(src)))  # noqa: E731
+    def wrong(src, tgt):  # transposed by mistake
+        return np.ones((len(src), len(tgt)))
+
+    def right(src, tgt):
+        return np.ones((len(tgt), len(src)))
+
     aligner = CombinedAligner([right, wrong], [0.5, 0.5], names=["good", "backwards"])
     with pytest.raises(ValueError, match=r"backwards returned shape \(2, 3\), expected \[3, 2\]"):
         aligner(["a", "b"], ["x", "y", "z"])

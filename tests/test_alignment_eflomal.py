@@ -24,6 +24,8 @@ from attnmt.cli import main
 from attnmt.errors import ConfigError, DataError
 from attnmt.runtime.choices import SYMMETRIZATIONS
 
+pytestmark = pytest.mark.slow  # runs eflomal
+
 NOUNS = {"cat": "chat", "dog": "chien", "house": "maison", "car": "voiture", "tree": "arbre", "boat": "bateau"}
 ADJECTIVES = {"red": "rouge", "big": "grand", "small": "petit", "green": "vert"}
 VERBS = {"sees": "voit", "likes": "aime", "paints": "peint"}
@@ -255,7 +257,8 @@ def test_eflomal_runs_runs_each_setting_once(monkeypatch):
                6: ([{(0, 0), (1, 1)}], [{(0, 0), (1, 0)}])}
     seen = []
 
-    def fake_directions(src, tgt, *, also=None, settings=EflomalSettings(), quiet=True):
+    def fake_directions(src, tgt, *, also=None, settings=None, quiet=True):
+        settings = settings or EflomalSettings()
         seen.append((settings.prefix, also))
         return answers[settings.prefix]
 

@@ -1,4 +1,5 @@
-"""Guided alignment (attnmt.data.link_files targets, attnmt.models.losses loss): the piece targets, the batch tensor, the loss against
+"""Guided alignment (attnmt.data.link_files targets, attnmt.models.losses loss): the piece targets,
+the batch tensor, the loss against
 a float64 reference, bad links files, config checks, and a trainer run whose attention learns links
 it would never find by itself (a reversed word order on a word-for-word task)."""
 
@@ -11,14 +12,17 @@ import pytest
 import torch
 
 from attnmt.alignment.translator_attention import word_pieces
-from attnmt.data.link_files import AlignmentGuide, piece_targets
-from attnmt.models.losses import guided_alignment_loss, select_attention
-from attnmt.runs.run_config import TrainingConfig
 from attnmt.data import DataConfig
 from attnmt.data.corpus import read_parallel
+from attnmt.data.link_files import AlignmentGuide, piece_targets
 from attnmt.data.tokenizer import train_tokenizers
 from attnmt.errors import ConfigError, DataError
-from tests.test_training import make_pairs, run_trainer, tiny_config
+from attnmt.models.losses import guided_alignment_loss, select_attention
+from attnmt.runs.run_config import TrainingConfig
+
+from helpers import make_pairs, run_trainer, tiny_run_config
+
+pytestmark = pytest.mark.slow  # guided training of tiny runs
 
 
 def dense(entry, rows: int, cols: int) -> np.ndarray:
@@ -239,7 +243,7 @@ def reversed_links(folder, name: str, pairs) -> None:
 def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head, shift):
     from attnmt.alignment.translator_attention import TranslatorAligner
 
-    config = tiny_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
+    config = tiny_run_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
                          guide_weight=2.0, guide_head=head, guide_shift=shift)
     config["model"].update(attention=attention, embed_dim=32, hidden_dim=64, dropout=0.0)
@@ -268,7 +272,7 @@ def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head
 def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unaligned(tmp_path):
     from attnmt.alignment.translator_attention import TranslatorAligner
 
-    config = tiny_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
+    config = tiny_run_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
                          guide_weight=2.0, guide_head=1, guide_shift=True, guide_unaligned="eos")
     config["model"].update(attention="multihead", embed_dim=32, hidden_dim=64, dropout=0.0,
@@ -293,12 +297,12 @@ def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unali
 
 def test_guide_needs_attention_and_a_head_the_model_has(tmp_path):
     reversed_links(tmp_path, "train.links", make_pairs(40, seed=1))
-    config = tiny_config(tmp_path, train_pairs=40, max_steps=1)
+    config = tiny_run_config(tmp_path, train_pairs=40, max_steps=1)
     config["data"]["train_links"] = "train.links"
     config["model"]["attention"] = "none"
     with pytest.raises(ConfigError, match="guided alignment needs a model with attention"):
         run_trainer(tmp_path, config, out="none")
-    config = tiny_config(tmp_path, train_pairs=40, max_steps=1, guide_head=3)
+    config = tiny_run_config(tmp_path, train_pairs=40, max_steps=1, guide_head=3)
     config["data"]["train_links"] = "train.links"
     with pytest.raises(ConfigError, match="head 3 is out of range: the model has 1 head"):
         run_trainer(tmp_path, config, out="head")
@@ -306,14 +310,14 @@ def test_guide_needs_attention_and_a_head_the_model_has(tmp_path):
 
 @pytest.mark.parametrize("layer,head", [(0, 2), (1, None)])
 def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(layer, head):
-    from attnmt.runs.run_config import RunConfig
     from attnmt.data import make_batches
-    from attnmt.models.losses import token_losses
     from attnmt.models import build_model
+    from attnmt.models.losses import token_losses
+    from attnmt.runs.run_config import RunConfig
     from attnmt.training import GuideBatch, backward_on_batch
 
     model_config = RunConfig.from_dict({"data": {"train": ["a", "b"]}, "model": {
-        "type": "transformer", "dropout": 0.0, "attention_dropout": 0.0, "d_model": 16, "heads": 4, "ffn_dim": 32,
+        "type": "transformer", "dropout": 0.0, "attention_dropout": 0.0, "d_model": 16, "num_heads": 4, "ffn_dim": 32,
         "encoder_layers": 1, "decoder_layers": 2}}).model
     torch.manual_seed(0)
     model = build_model(model_config, 30, 30)
@@ -341,7 +345,6 @@ def test_guided_step_gives_the_gradient_of_the_summed_loss_on_a_transformer(laye
 
 def test_guided_reading_comes_from_the_run_config():
     from attnmt.alignment.translator_attention import guided_reading
-
     from attnmt.runs.run_config import RunConfig
 
     def run_config(train_links, **training):

@@ -17,12 +17,12 @@ from attnmt.alignment import (
     extract_links,
     format_pharaoh,
     grow_diag_links,
-    threshold_links,
     intersect_links,
     itermax_links,
     match_links,
     src2tgt_links,
     tgt2src_links,
+    threshold_links,
     union_links,
     vector_attention,
 )
@@ -37,10 +37,10 @@ def softmax_rows(scores):
 # ------------------------------------------------------------------ vector attention
 
 
-def test_seed_scoring_is_softmax_of_scaled_dot_products_and_rows_sum_to_one():
+def test_scaled_dot_scoring_is_softmax_of_scaled_dot_products_and_rows_sum_to_one():
     rng = np.random.default_rng(1)
     src, tgt = rng.standard_normal((5, 8)), rng.standard_normal((4, 8))
-    weights, output = vector_attention(src, tgt, VectorScoring.seed())
+    weights, output = vector_attention(src, tgt, VectorScoring.scaled_dot())
     expected = softmax_rows(tgt @ src.T / math.sqrt(8))
     np.testing.assert_allclose(weights, expected, rtol=1e-12)
     np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-12)
@@ -203,7 +203,8 @@ def test_add_confident_links_recovers_a_many_to_one_link_that_agreement_misses()
 def test_add_confident_links_matches_a_loop_over_every_pair(seed):
     rng = np.random.default_rng(seed)
     rows, columns = rng.integers(1, 9, size=2)
-    forward, backward = rng.dirichlet(np.ones(columns) * 0.3, size=rows), rng.dirichlet(np.ones(rows) * 0.3, size=columns).T
+    forward = rng.dirichlet(np.ones(columns) * 0.3, size=rows)
+    backward = rng.dirichlet(np.ones(rows) * 0.3, size=columns).T
     links = {(int(i), int(j)) for j in range(rows) for i in range(columns) if rng.random() < 0.15}
     confident = float(rng.uniform(0.3, 0.9))
     expected = set(links)

@@ -16,6 +16,7 @@ from attnmt.alignment import (
     write_pharaoh,
 )
 from attnmt.errors import DataError
+
 from conftest import shared_data_path
 
 
@@ -68,7 +69,8 @@ def test_possible_only_hits_count_for_precision_not_recall():
 
 def test_sure_links_missing_from_possible_are_added_to_it():
     predicted = [{(0, 0)}]
-    assert alignment_error_rate(predicted, [{(0, 0)}], [set()]) == alignment_error_rate(predicted, [{(0, 0)}], [{(0, 0)}])
+    assert (alignment_error_rate(predicted, [{(0, 0)}], [set()])
+            == alignment_error_rate(predicted, [{(0, 0)}], [{(0, 0)}]))
     assert alignment_error_rate(predicted, [{(0, 0)}])["aer"] == 0.0  # possible defaults to sure
 
 
@@ -197,7 +199,10 @@ def _random_corpus(seed: int, sentences: int):
     for _ in range(sentences):
         size = int(rng.integers(1, 6))  # length 1 included
         cells = [(i, j) for i in range(size) for j in range(size)]
-        pick = lambda p: {cell for cell in cells if rng.random() < p}  # noqa: E731
+
+        def pick(share: float, cells=cells) -> set:
+            return {cell for cell in cells if rng.random() < share}
+
         s = pick(0.2)
         predicted.append(pick(0.3))
         sure.append(s)
@@ -259,7 +264,10 @@ def test_paired_bootstrap_scores_both_aligners_on_the_same_redraws(seed):
                                                  - alignment_error_rate(predicted_b, sure, possible)["aer"], abs=1e-12)
     differences = []
     for draw in np.random.default_rng(seed).integers(0, 25, size=(40, 25)):
-        pick = lambda links: [links[k] for k in draw]  # noqa: E731
+
+        def pick(links: list, draw=draw) -> list:
+            return [links[k] for k in draw]
+
         differences.append(alignment_error_rate(pick(predicted_a), pick(sure), pick(possible))["aer"]
                            - alignment_error_rate(pick(predicted_b), pick(sure), pick(possible))["aer"])
     assert result["a_better"] == pytest.approx(np.mean(np.asarray(differences) < 0))

@@ -18,11 +18,14 @@ from attnmt.alignment.translator_attention import (
     word_pieces,
 )
 from attnmt.cli import main as cli_main
-from attnmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
-from attnmt.errors import ConfigError
 from attnmt.data.pieces import merge_subwords
+from attnmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from attnmt.decoding.translator import Translator
-from test_training import make_pairs, run_trainer, tiny_config
+from attnmt.errors import ConfigError
+
+from helpers import make_pairs, run_trainer, tiny_run_config
+
+pytestmark = pytest.mark.slow  # tiny trained runs
 
 MODELS = {
     # the mechanism and flow of configs/hansards_rnn.yaml
@@ -31,7 +34,7 @@ MODELS = {
     # input feeding: the attention of step i depends on that of step i - 1
     "rnn-luong": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "additive",
                   "flow": "luong"},
-    "transformer": {"type": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1,
+    "transformer": {"type": "transformer", "d_model": 16, "num_heads": 2, "ffn_dim": 32, "encoder_layers": 1,
                     "decoder_layers": 2, "dropout": 0.1},
 }
 
@@ -40,7 +43,7 @@ MODELS = {
 def run_dir(request, tmp_path_factory) -> Path:
     """A de→en run of 3 steps: its attention is far from an alignment, but shapes and sums are real."""
     folder = tmp_path_factory.mktemp(f"align-{request.param}")
-    config = tiny_config(folder, train_pairs=60, valid_pairs=5, max_steps=3, bleu_max_sentences=0, examples=0)
+    config = tiny_run_config(folder, train_pairs=60, valid_pairs=5, max_steps=3, bleu_max_sentences=0, examples=0)
     config["model"] = MODELS[request.param]
     run_trainer(folder, config)
     return folder / "run"

@@ -15,10 +15,11 @@ from attnmt.data.link_files import (
     read_naacl_alignments,
     read_pharaoh_alignments,
 )
+from attnmt.decoding.search import _max_lengths, beam_search, greedy_search
 from attnmt.errors import DataError
 from attnmt.models import build_model
-from attnmt.decoding.search import _max_lengths, beam_search, greedy_search
-from tests.test_search import BigramToy
+
+from helpers import BigramToy
 
 
 def test_link_range_check_at_the_last_word_and_one_past():
@@ -106,7 +107,7 @@ def test_search_output_reaches_its_length_limit_and_not_one_more():
 
 
 def test_learned_positions_at_the_last_one_and_one_past():
-    model = build_model({"type": "transformer", "d_model": 8, "heads": 2, "ffn_dim": 16, "encoder_layers": 1,
+    model = build_model({"type": "transformer", "d_model": 8, "num_heads": 2, "ffn_dim": 16, "encoder_layers": 1,
                          "decoder_layers": 1, "positions": "learned", "max_positions": 4}, 20, 20).eval()
     fits = torch.full((1, 4), 5)
     model(fits, torch.ones_like(fits, dtype=torch.bool), fits)

@@ -14,9 +14,12 @@ import pytest
 import yaml
 
 from attnmt.cli import main as cli_main
-from attnmt.errors import ConfigError
 from attnmt.decoding.translator import Translator
-from tests.test_training import make_pairs
+from attnmt.errors import ConfigError
+
+from helpers import make_pairs
+
+pytestmark = pytest.mark.slow  # trains a run for the commands
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,8 @@ def test_train_writes_a_complete_run(trained, capsys):
 def test_evaluate_prints_scores_and_writes_files(trained, capsys):
     assert cli_main(["evaluate", str(trained), "--split", "flickr", "-n", "2", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    for label in ("perplexity:", "BLEU:", "chrF:", "BLEU (lc):", "nrefs:1|case:mixed", "source:", "reference:", "output:"):
+    for label in ("perplexity:", "BLEU:", "chrF:", "BLEU (lc):", "nrefs:1|case:mixed", "source:", "reference:",
+                  "output:"):
         assert label in out
     report = json.loads((trained / "eval-flickr.json").read_text())
     assert report["num_sentences"] == 50 and report["beam"] == 1 and report["checkpoint"] == "best.pt"
@@ -155,7 +159,8 @@ def test_a_bad_stdin_line_costs_only_its_own_translation(trained, capsys, monkey
 def test_a_search_too_big_for_the_machine_is_refused_before_it_starts(trained, capsys, monkeypatch):
     assert cli_main(["translate", str(trained), "Ein Hund.", "--beam", "1000000"]) == 2
     assert "beam 1000000: at most the target vocabulary size, 60" in capsys.readouterr().err
-    monkeypatch.setattr("attnmt.decoding.translator.available_memory", lambda device: 2**30)  # a machine with 1 GiB free
+    # a machine with 1 GiB free
+    monkeypatch.setattr("attnmt.decoding.translator.available_memory", lambda device: 2**30)
     # "Ein Hund." is 11 pieces with EOS, so outputs of up to 1.0 * 11 + 5 = 16 tokens; a row holds
     # 60 tokens x 16 bytes + 17 ids x 8 bytes = 1,096 bytes: 64 sentences x beam 60 (4.0 MiB) fit,
     # 10,000 (0.61 GiB, more than half of 1 GiB) do not, and 2**29 // (60 * 1096) = 8,164 would.

@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 
 import attnmt.training.trainer
-from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.training.comparison import Statistics, compare_mechanisms, eval_json_path, run_folder
-from test_training import save_yaml, tiny_config, write_corpus
+
+from helpers import save_yaml, tiny_run_config, write_corpus
+
+pytestmark = pytest.mark.slow  # trains a comparison of runs
 
 MECHANISMS = ["dot", "mean"]
 STEPS = 4
@@ -26,7 +29,7 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def config_path(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("compare-data")
-    config = tiny_config(folder, train_pairs=60, valid_pairs=5, checkpoint_every=2, log_every=2,
+    config = tiny_run_config(folder, train_pairs=60, valid_pairs=5, checkpoint_every=2, log_every=2,
                          bleu_max_sentences=0, examples=0)
     config["data"]["test"] = {"made_up": write_corpus(folder, "test", 8, seed=3)}
     config["search"] = {"max_len_a": 1.0, "max_len_b": 3}
@@ -64,7 +67,8 @@ def test_every_mechanism_and_seed_is_trained_evaluated_and_logged(finished):
     for outcome in comparison.outcomes:
         report = json.loads(eval_json_path(outcome.run_dir, "made_up", 1).read_text())
         assert report["step"] == STEPS and report["num_sentences"] == 8 and report["beam"] == 1
-        assert (outcome.perplexity, outcome.bleu, outcome.chrf) == (report["perplexity"], report["bleu"], report["chrf"])
+        scores = (outcome.perplexity, outcome.bleu, outcome.chrf)
+        assert scores == (report["perplexity"], report["bleu"], report["chrf"])
         assert (outcome.run_dir / "hyps-made_up.txt").is_file()
     config = (run_folder(out, "mean", 2) / "config.yaml").read_text()
     assert "attention: mean" in config and "seed: 2" in config and f"max_steps: {STEPS}" in config
@@ -163,7 +167,8 @@ def test_an_interrupted_comparison_continues_where_it_stopped(finished, config_p
         (finished[0] / "summary.md").read_text().split("## Runs")[0]
 
 
-def test_a_changed_config_or_bad_names_are_refused_before_training(finished, config_path, tmp_path, capsys, monkeypatch):
+def test_a_changed_config_or_bad_names_are_refused_before_training(finished, config_path, tmp_path, capsys,
+                                                                   monkeypatch):
     out = finished[0]
     trained = []
     monkeypatch.setattr(attnmt.training.Trainer, "run", lambda self: trained.append(self.run_dir))
@@ -194,7 +199,8 @@ def test_evaluate_with_several_beam_sizes_writes_a_table(finished, capsys):
     for row in report["results"]:
         assert {"bleu", "chrf", "average_length", "length_ratio", "seconds"} <= set(row)
         assert row["seconds"] > 0 and row["average_length"] > 0
-        hyps = (run / f"hyps-made_up{'' if row['beam'] == 1 else '-beam%d' % row['beam']}.txt").read_text()
+        suffix = "" if row["beam"] == 1 else f"-beam{row['beam']}"
+        hyps = (run / f"hyps-made_up{suffix}.txt").read_text()
         assert len(hyps.splitlines()) == 8
         assert np.mean([len(line.split()) for line in hyps.splitlines()]) == pytest.approx(row["average_length"])
     table = (run / "beam-made_up.md").read_text()

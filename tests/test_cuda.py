@@ -13,22 +13,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.data import make_batches
-from attnmt.models import build_model
 from attnmt.decoding.search import beam_search, greedy_search
-from attnmt.training import backward_on_batch
 from attnmt.decoding.translator import Translator
-from tests.test_training import make_pairs, run_trainer, save_yaml, tiny_config
+from attnmt.models import build_model
+from attnmt.runs.checkpoint import load_checkpoint
+from attnmt.training import backward_on_batch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; this machine has none")
+from helpers import make_pairs, run_trainer, save_yaml, tiny_run_config
+
+pytestmark = [pytest.mark.slow,  # trains on the GPU
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; this machine has none")]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "rnn-lstm": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.0, "attention": "additive"},
     "rnn-gru-luong": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.0, "attention": "general",
                       "cell": "gru", "flow": "luong"},
-    "transformer": {"type": "transformer", "d_model": 32, "heads": 4, "ffn_dim": 64, "encoder_layers": 2,
+    "transformer": {"type": "transformer", "d_model": 32, "num_heads": 4, "ffn_dim": 64, "encoder_layers": 2,
                     "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0},
 }
 VOCAB = 40
@@ -65,14 +67,15 @@ def test_search_gives_the_same_tokens_on_cpu_and_cuda(name):
     cpu_beam = [n[0].tokens for n in beam_search(model, batch.src, batch.src_mask, beam=3, max_len_a=1.0, max_len_b=4)]
     model.cuda()
     on_cuda = batch.to("cuda")
-    assert [h.tokens for h in greedy_search(model, on_cuda.src, on_cuda.src_mask, max_len_a=1.0, max_len_b=4)] == cpu_greedy
+    cuda_greedy = greedy_search(model, on_cuda.src, on_cuda.src_mask, max_len_a=1.0, max_len_b=4)
+    assert [h.tokens for h in cuda_greedy] == cpu_greedy
     assert [n[0].tokens for n in beam_search(model, on_cuda.src, on_cuda.src_mask, beam=3, max_len_a=1.0,
                                              max_len_b=4)] == cpu_beam
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_16_bit_training_on_cuda_lowers_the_loss_and_resumes(tmp_path, precision):
-    config = tiny_config(tmp_path, max_epochs=2, precision=precision, device="cuda")
+    config = tiny_run_config(tmp_path, max_epochs=2, precision=precision, device="cuda")
     unbroken = run_trainer(tmp_path, config, out="unbroken")
     losses = [r["loss"] for r in unbroken.history if r["type"] == "train"]
     assert losses[-1] < 0.8 * losses[0]
@@ -88,7 +91,7 @@ def test_16_bit_training_on_cuda_lowers_the_loss_and_resumes(tmp_path, precision
 
 
 def test_a_run_moves_between_cuda_and_the_cpu(tmp_path):
-    config = tiny_config(tmp_path, max_epochs=1, max_steps=8, device="cuda")
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=8, device="cuda")
     run_trainer(tmp_path, config)
     checkpoint = load_checkpoint(tmp_path / "run" / "last.pt")
     assert all(t.device.type == "cpu" for t in checkpoint["model"].values())  # no device in the file
@@ -102,7 +105,7 @@ def test_a_run_moves_between_cuda_and_the_cpu(tmp_path):
 
 
 def test_torchrun_with_one_process_trains_with_nccl(tmp_path):
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=6, device="cuda"))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=6, device="cuda"))
     command = [shutil.which("torchrun") or sys.executable + " -m torch.distributed.run", "--nproc_per_node", "1",
                "-m", "attnmt", "train", "--config", str(config_path), "--out", str(tmp_path / "ddp"), "--no-progress"]
     command = command[0].split() + command[1:]

@@ -7,16 +7,19 @@ import json
 import pytest
 
 from attnmt.cli import main as cli_main
-from attnmt.visual.curves import read_curves
 from attnmt.errors import DataError
-from test_training import run_trainer, save_yaml, tiny_config
+from attnmt.visual.curves import read_curves
+
+from helpers import run_trainer, save_yaml, tiny_run_config
+
+pytestmark = pytest.mark.slow  # trains runs to draw
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("curves")
     for seed in (1, 2):
-        config = tiny_config(folder, max_epochs=2, max_steps=12, log_every=2, seed=seed, examples=0)
+        config = tiny_run_config(folder, max_epochs=2, max_steps=12, log_every=2, seed=seed, examples=0)
         run_trainer(folder, config, out=f"seed{seed}")
     return folder
 
@@ -64,7 +67,8 @@ def test_curves_names_what_it_cannot_read(two_runs, tmp_path, capsys):
 def test_training_tensorboard_writes_the_metrics_as_event_files(tmp_path):
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
                                             reason="tensorboard is an optional extra (attnmt[tensorboard])")
-    run_trainer(tmp_path, tiny_config(tmp_path, max_epochs=2, max_steps=8, log_every=2, examples=0, tensorboard=True))
+    config = tiny_run_config(tmp_path, max_epochs=2, max_steps=8, log_every=2, examples=0, tensorboard=True)
+    run_trainer(tmp_path, config)
     events = event_accumulator.EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     events.Reload()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -79,7 +83,7 @@ def test_training_tensorboard_writes_the_metrics_as_event_files(tmp_path):
 
 def test_training_tensorboard_without_the_package_is_one_line_before_any_work(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("attnmt.training.tensorboard.importlib.util.find_spec", lambda name: None)
-    config = save_yaml(tmp_path, tiny_config(tmp_path, max_steps=2))
+    config = save_yaml(tmp_path, tiny_run_config(tmp_path, max_steps=2))
     assert cli_main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress",
                      "--set", "training.tensorboard=true"]) == 2
     assert "training.tensorboard: true needs the tensorboard package; pip install 'attnmt[tensorboard]'" in \

@@ -6,6 +6,7 @@ import pytest
 
 from attnmt.data import DataConfig, load_split
 from attnmt.errors import ConfigError
+
 from conftest import shared_data_path
 
 

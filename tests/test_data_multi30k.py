@@ -16,8 +16,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from attnmt.data import DataError, load_multi30k, multi30k_path
-from attnmt.data import multi30k
+from attnmt.data import DataError, load_multi30k, multi30k, multi30k_path
+
 from conftest import shared_data_path
 
 

@@ -9,12 +9,15 @@ import json
 import pytest
 import torch
 
-from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
-from attnmt.runtime.device import check_device_name, resolve_device
 from attnmt.errors import ConfigError
+from attnmt.runs.checkpoint import load_checkpoint
+from attnmt.runtime.device import check_device_name, resolve_device
 from attnmt.runtime.precision import autocast, grad_scaler
-from tests.test_training import comparable, run_trainer, save_yaml, tiny_config
+
+from helpers import comparable, run_trainer, save_yaml, tiny_run_config
+
+pytestmark = pytest.mark.slow  # trains runs in every precision
 
 NO_CUDA = not torch.cuda.is_available()
 NO_MPS = not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
@@ -35,7 +38,7 @@ def test_device_names():
 def test_asking_for_cuda_without_it_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"device cuda:1: CUDA is not available on this machine .*use device=cpu"):
         resolve_device("cuda:1")
-    path = save_yaml(tmp_path, tiny_config(tmp_path))
+    path = save_yaml(tmp_path, tiny_run_config(tmp_path))
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "run"), "--device", "cuda",
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -59,7 +62,7 @@ def test_fp16_autocast_and_its_scaler():
 
 
 def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
-    config = tiny_config(tmp_path, max_epochs=1, max_steps=6)
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=6)
     run_trainer(tmp_path, config)
     run = tmp_path / "run"
     train_records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
@@ -81,7 +84,7 @@ def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
 def test_fp16_training_lowers_the_loss_and_resumes_exactly_with_its_scaler(tmp_path):
     """fp16 on the CPU (a GRU: PyTorch has no float16 LSTM there); the GradScaler's state is in
     last.pt, so a run stopped at step 9 and resumed ends as one never stopped."""
-    config = tiny_config(tmp_path, max_epochs=2, precision="fp16")
+    config = tiny_run_config(tmp_path, max_epochs=2, precision="fp16")
     config["model"]["cell"] = "gru"
     unbroken = run_trainer(tmp_path, config, out="unbroken")
     losses = [r["loss"] for r in unbroken.history if r["type"] == "train"]
@@ -105,7 +108,7 @@ def test_fp16_training_lowers_the_loss_and_resumes_exactly_with_its_scaler(tmp_p
 
 
 def test_fp16_lstm_on_the_cpu_is_refused_in_one_line(tmp_path, capsys):
-    config = tiny_config(tmp_path, max_epochs=1, max_steps=2, precision="fp16")
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=2, precision="fp16")
     path = save_yaml(tmp_path, config)
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     assert "no float16 LSTM on the CPU; use bf16" in capsys.readouterr().err

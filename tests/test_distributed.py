@@ -15,6 +15,8 @@ import pytest
 import torch
 import yaml
 
+pytestmark = pytest.mark.slow  # starts two processes
+
 WORLD_SIZE = 2
 MODEL = {"type": "rnn", "embed_dim": 8, "hidden_dim": 16, "dropout": 0.0, "attention": "additive"}
 VOCAB = 40
@@ -35,7 +37,8 @@ def _write_text_corpus(folder: Path) -> Path:
         (folder / f"{name}.de").write_text("\n".join(src) + "\n", encoding="utf-8")
         (folder / f"{name}.en").write_text("\n".join(s.upper() for s in src) + "\n", encoding="utf-8")
     config = {
-        "data": {"train": ["train.de", "train.en"], "valid": ["valid.de", "valid.en"], "vocab_size": 80, "max_tokens": 120},
+        "data": {"train": ["train.de", "train.en"], "valid": ["valid.de", "valid.en"], "vocab_size": 80,
+                 "max_tokens": 120},
         "model": dict(MODEL, dropout=0.1),
         "training": {"max_steps": 6, "log_every": 2, "checkpoint_every": 3, "num_threads": 1,
                      "bleu_max_sentences": 2, "examples": 0},
@@ -61,9 +64,9 @@ def _worker(rank: int, folder: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from attnmt.runs.run_config import load_config
     from attnmt.data import collate
     from attnmt.models import build_model
+    from attnmt.runs.run_config import load_config
     from attnmt.training import DistributedContext, Trainer, backward_on_batch
 
     folder = Path(folder)
@@ -99,9 +102,9 @@ def _worker(rank: int, folder: str) -> None:
 def test_ddp_step_equals_single_process_step_and_trainer_runs(tmp_path):
     import torch.multiprocessing as mp
 
-    from attnmt.runs.checkpoint import load_checkpoint
     from attnmt.data import collate
     from attnmt.models import build_model
+    from attnmt.runs.checkpoint import load_checkpoint
     from attnmt.training import backward_on_batch
 
     _write_text_corpus(tmp_path)

@@ -9,12 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmt.runs.run_config import SearchConfig
 from attnmt.evaluation.scores import bleu, corpus_scores, perplexity, perplexity_from_sums
 from attnmt.models.losses import token_losses
+from attnmt.runs.run_config import SearchConfig
 from attnmt.runtime.tables import format_table
-
-
 
 
 def _random_batch(seed: int = 0, B: int = 3, T: int = 5, V: int = 7):

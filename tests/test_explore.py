@@ -1,4 +1,5 @@
-"""The numeric claims of `attnmt explore` (what one attention head can compute), checked on the numbers `attnmt explore` prints."""
+"""The numeric claims of `attnmt explore` (what one attention head can compute), checked on the
+numbers `attnmt explore` prints."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def multihead():
 
 
 # ---------------------------------------------------------------------------------------------
-# Task 1.1: copying
+# Copying
 
 
 def test_copy_error_falls_with_scale_and_reaches_the_value():
@@ -41,7 +42,7 @@ def test_copy_logit_lead_is_scale_times_cosine_gap():
 
 
 # ---------------------------------------------------------------------------------------------
-# Task 1.2: average of two
+# Averaging two values
 
 
 def test_average_reaches_the_midpoint_with_equal_weights():
@@ -56,7 +57,7 @@ def test_average_reaches_the_midpoint_with_equal_weights():
 
 
 # ---------------------------------------------------------------------------------------------
-# Task 1.3: noisy keys, one head
+# Noisy keys, one head
 
 
 def test_noisy_single_head_swing_grows_with_beta_and_is_large(multihead):
@@ -94,7 +95,7 @@ def test_noisy_derivation_matches_the_formulas():
 
 
 # ---------------------------------------------------------------------------------------------
-# Task 1.4: two heads
+# Noisy keys, two heads
 
 
 def test_two_heads_swing_much_less_than_one(multihead):
@@ -153,6 +154,7 @@ def test_conclusions_follow_the_numbers():
     assert "below 0.001 from c/√d = 16" in strong.conclusion()
 
 
+@pytest.mark.slow
 def test_cli_runs_every_demo_and_writes_the_pngs(tmp_path, capsys):
     plot_dir = tmp_path / "plots"
     assert main(["explore", "all", "--plot", str(plot_dir), "--samples", "300"]) == 0
@@ -168,6 +170,7 @@ def test_cli_runs_every_demo_and_writes_the_pngs(tmp_path, capsys):
     assert not [p for p in plot_dir.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
+@pytest.mark.slow
 def test_cli_single_demo_reports_replaced_plot(tmp_path, capsys):
     (tmp_path / "copy.png").write_bytes(b"old")
     assert main(["explore", "copy", "--plot", str(tmp_path), "--keys", "4", "--dim", "8"]) == 0

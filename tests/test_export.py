@@ -12,17 +12,18 @@ import pytest
 
 import attnmt
 from attnmt.cli import main as cli_main
+from attnmt.decoding.translator import Translator
 from attnmt.errors import DataError
 from attnmt.visual.export import attention_records
-from attnmt.decoding.translator import Translator
-from test_view import tiny_run  # noqa: F401  (the module's runs: sdp, multihead, transformer)
+
+pytestmark = pytest.mark.slow  # tiny trained runs
 
 SENTENCES = ["Ein Hund läuft.", "Eine Frau sitzt im Park.", "Ein Mann."]
 SHAPES = {"sdp": (1, 1), "multihead": (1, 2), "transformer": (2, 2)}  # (L, h)
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
-def test_attention_out_round_trips_and_every_row_is_a_distribution(tiny_run, tmp_path, capsys, suffix):  # noqa: F811
+def test_attention_out_round_trips_and_every_row_is_a_distribution(tiny_run, tmp_path, capsys, suffix):
     name, run = tiny_run
     path = tmp_path / f"attention{suffix}"
     assert cli_main(["translate", str(run), *SENTENCES, "--beam", "2", "--attention-out", str(path)]) == 0
@@ -49,7 +50,7 @@ def test_attention_out_round_trips_and_every_row_is_a_distribution(tiny_run, tmp
         np.testing.assert_allclose(words.sum(axis=1), 1.0, atol=1e-5)
 
 
-def test_attention_out_from_standard_input_numbers_records_by_line(tiny_run, tmp_path, capsys, monkeypatch):  # noqa: F811
+def test_attention_out_from_standard_input_numbers_records_by_line(tiny_run, tmp_path, capsys, monkeypatch):
     _, run = tiny_run
     path = tmp_path / "stdin.jsonl"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Ein Hund.\n\nZwei \xff.\nEin Mann.\n")))
@@ -62,7 +63,7 @@ def test_attention_out_from_standard_input_numbers_records_by_line(tiny_run, tmp
     assert lines[0]["shape"] == list(np.asarray(lines[0]["weights"]).shape)
 
 
-def test_attention_out_refuses_bad_targets_before_any_work(tiny_run, tmp_path, capsys):  # noqa: F811
+def test_attention_out_refuses_bad_targets_before_any_work(tiny_run, tmp_path, capsys):
     _, run = tiny_run
     assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "a.csv")]) == 2
     assert "a.csv: the attention file must end in .npz or .jsonl, got '.csv'" in capsys.readouterr().err

@@ -8,76 +8,19 @@ refused in one line."""
 
 from __future__ import annotations
 
-import errno
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
 import attnmt.runtime.atomic_files
-from attnmt.runs.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint
 from attnmt.cli import main as cli_main
 from attnmt.errors import OutputError
-from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runs.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint
 from attnmt.runs.folder import writer_lock
-from tests.test_training import run_trainer, save_yaml, tiny_config
+from attnmt.runtime.atomic_files import write_text_atomic
 
+from helpers import FullDisk, disk_full, run_trainer, save_yaml, tiny_run_config
 
-def _disk_full(*args, **kwargs):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-class _FullDiskFile:
-    """A file whose writes fail with ENOSPC once ``disk.budget`` bytes have been written in all."""
-
-    def __init__(self, handle, disk: "FullDisk") -> None:
-        self._handle, self._disk = handle, disk
-
-    def write(self, data) -> int:
-        size = memoryview(data).nbytes
-        room = self._disk.budget - self._disk.written
-        if size > room:
-            self._disk.written += self._handle.write(memoryview(data)[: max(room, 0)])
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self._disk.written += size
-        return self._handle.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._handle, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.close()
-
-
-class FullDisk:
-    """The file system under ``folder`` holding only ``budget`` more bytes (None: counting only).
-
-    ``written`` counts what attnmt's writer put there. Files are opened through ``os.fdopen``
-    (``attnmt.runtime.atomic_files``), which this replaces while it is entered."""
-
-    def __init__(self, folder: Path, budget: int | None = None) -> None:
-        self.folder, self.budget, self.written = Path(folder).resolve(), budget, 0
-
-    def _fdopen(self, descriptor, *args, **kwargs):
-        handle = self._original(descriptor, *args, **kwargs)
-        target = Path(os.readlink(f"/proc/self/fd/{descriptor}"))
-        if not target.is_relative_to(self.folder):
-            return handle
-        if self.budget is None:
-            self.budget = float("inf")
-        return _FullDiskFile(handle, self)
-
-    def __enter__(self) -> "FullDisk":
-        self._original = attnmt.runtime.atomic_files.os.fdopen
-        attnmt.runtime.atomic_files.os.fdopen = self._fdopen
-        return self
-
-    def __exit__(self, *exc) -> None:
-        attnmt.runtime.atomic_files.os.fdopen = self._original
+pytestmark = pytest.mark.slow  # trains runs that fail
 
 
 def test_a_checkpoint_write_that_fills_the_disk_is_an_output_error_not_a_zip_error(tmp_path):
@@ -100,7 +43,7 @@ def test_a_checkpoint_write_that_fills_the_disk_is_an_output_error_not_a_zip_err
 def test_a_full_disk_keeps_the_previous_file_and_leaves_no_temporary(tmp_path, monkeypatch):
     path = tmp_path / "report.json"
     write_text_atomic(path, "old\n")
-    monkeypatch.setattr(attnmt.runtime.atomic_files.os, "fsync", _disk_full)
+    monkeypatch.setattr(attnmt.runtime.atomic_files.os, "fsync", disk_full)
     with pytest.raises(OutputError, match=rf"{path}: could not write it \(No space left on device\); "
                                           r"its previous version is unchanged"):
         write_text_atomic(path, "new\n")
@@ -111,12 +54,12 @@ def test_a_full_disk_keeps_the_previous_file_and_leaves_no_temporary(tmp_path, m
 
 
 def test_a_command_hitting_a_full_disk_ends_in_one_line(tmp_path, monkeypatch, capsys):
-    run_trainer(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=4))
+    run_trainer(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=4))
     run = tmp_path / "run"
     assert cli_main(["evaluate", str(run), "--split", "valid", "-n", "0", "--no-progress"]) == 0
     before = (run / "hyps-valid.txt").read_text()
     capsys.readouterr()
-    monkeypatch.setattr(attnmt.runtime.atomic_files.os, "fsync", _disk_full)
+    monkeypatch.setattr(attnmt.runtime.atomic_files.os, "fsync", disk_full)
     assert cli_main(["evaluate", str(run), "--split", "valid", "-n", "0", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"attnmt evaluate: error: {run / 'hyps-valid.txt'}: could not write it (No space left on "
@@ -126,7 +69,7 @@ def test_a_command_hitting_a_full_disk_ends_in_one_line(tmp_path, monkeypatch, c
 
 
 def test_a_second_train_into_a_folder_being_trained_is_refused(tmp_path, capsys):
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=2))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2))
     run = tmp_path / "run"
     with writer_lock(run, "train"):  # as a training in another process holds it
         assert cli_main(["train", "--config", str(config_path), "--out", str(run), "--no-progress"]) == 2
@@ -137,7 +80,7 @@ def test_a_second_train_into_a_folder_being_trained_is_refused(tmp_path, capsys)
 
 
 def test_a_second_compare_into_the_same_folder_is_refused(tmp_path, capsys):
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=2))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2))
     with writer_lock(tmp_path / "results", "compare"):
         assert cli_main(["compare", "--config", str(config_path), "--attention", "dot", "--runs", "1",
                          "--split", "valid", "--out", str(tmp_path / "results"), "--no-progress"]) == 2
@@ -145,7 +88,7 @@ def test_a_second_compare_into_the_same_folder_is_refused(tmp_path, capsys):
 
 
 def test_a_resumed_run_removes_what_a_killed_write_left(tmp_path):
-    config = tiny_config(tmp_path, max_epochs=1, max_steps=4)
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=4)
     run_trainer(tmp_path, config)
     stale = tmp_path / "run" / ".last.pt.0123abcd.tmp"  # as a SIGKILL in the middle of a checkpoint leaves it
     stale.write_bytes(b"half a checkpoint")
@@ -156,7 +99,7 @@ def test_a_resumed_run_removes_what_a_killed_write_left(tmp_path):
 
 
 def test_resuming_a_run_that_lost_its_last_checkpoint_is_refused(tmp_path, capsys):
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=4))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=4))
     run = tmp_path / "run"
     assert cli_main(["train", "--config", str(config_path), "--out", str(run), "--no-progress"]) == 0
     (run / "last.pt").unlink()
@@ -168,7 +111,7 @@ def test_resuming_a_run_that_lost_its_last_checkpoint_is_refused(tmp_path, capsy
 
 def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
     """Found by benchmarks/faults.py: a negative batch size, and a model too large to allocate."""
-    config = tiny_config(tmp_path, max_epochs=1, max_steps=2)
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=2)
     run_trainer(tmp_path, config)
     assert cli_main(["translate", str(tmp_path / "run"), "Ein Hund.", "--batch-size", "-1"]) == 2
     assert "--batch-size -1: must be an integer >= 1" in capsys.readouterr().err
@@ -190,7 +133,7 @@ def test_a_training_batch_too_big_for_the_machine_is_refused_before_the_first_st
     """On a machine with 1 MiB free, the logits of 64 words (768 bytes a target position) leave room
     for 682 positions: data.max_tokens 100,000,000 (one batch of all 200 pairs) is refused, and the
     682 that the message advises trains."""
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=2))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2))
     monkeypatch.setattr("attnmt.training.builder.available_memory", lambda device: 2**20)
     assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "big"), "--no-progress",
                      "--set", "data.max_tokens=100000000"]) == 2
@@ -204,19 +147,20 @@ def test_a_training_batch_too_big_for_the_machine_is_refused_before_the_first_st
 
 @pytest.mark.parametrize("setting, message", [
     ("search.max_len_b=100000000", "search.max_len_b: must be an integer from 0 to 1000, got 100000000"),
-    ("search.max_len_a=100000", "search.max_len_a: at most 10 (an output 10 times as long as its source), got 100000.0"),
+    ("search.max_len_a=100000",
+     "search.max_len_a: at most 10 (an output 10 times as long as its source), got 100000.0"),
 ])
 def test_an_output_limit_that_would_decode_for_hours_is_refused(tmp_path, capsys, setting, message):
     """Found by hand after the fuzz run: these decoded validation sentences for over a minute (the
     untrained model never ends one), now they end in one line before any work."""
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=1, max_steps=2))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2))
     assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "run"), "--no-progress",
                      "--set", setting]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_a_training_whose_disk_fills_up_ends_in_one_line_and_resumes_to_the_same_end(tmp_path, capsys):
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=2, max_steps=8, checkpoint_every=2))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=2, max_steps=8, checkpoint_every=2))
     train = ["train", "--config", str(config_path), "--no-progress", "--out"]
     with FullDisk(tmp_path / "alone") as disk:
         assert cli_main([*train, str(tmp_path / "alone")]) == 0

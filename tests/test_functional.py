@@ -65,6 +65,7 @@ def reference_attention(q, k, v, mask):
        num_queries=st.integers(1, 9), num_keys=st.integers(1, 9), d_k=st.sampled_from([1, 4, 16]),
        d_v=st.sampled_from([1, 5]), logit_scale=st.sampled_from([1.0, 50.0, 2500.0]),
        mask_kind=st.sampled_from(["none", "random", "padding", "causal", "padding+causal"]))
+@pytest.mark.slow
 def test_float64_attention_matches_the_reference(
     need_weights, seed, batch, num_queries, num_keys, d_k, d_v, logit_scale, mask_kind
 ):
@@ -236,7 +237,8 @@ def test_padding_mask_marks_the_real_positions():
 
 
 def test_padding_mask_errors_name_the_bad_value():
-    with pytest.raises(TypeError, match=r"lengths must be a 1-D integer tensor, got dtype torch.float32 and shape \(2,\)"):
+    with pytest.raises(TypeError,
+                       match=r"lengths must be a 1-D integer tensor, got dtype torch.float32 and shape \(2,\)"):
         padding_mask(torch.tensor([1.0, 2.0]))
     with pytest.raises(TypeError, match=r"shape \(2, 1\)"):
         padding_mask(torch.tensor([[1], [2]]))
@@ -259,10 +261,13 @@ def test_causal_mask_lets_each_position_see_itself_and_the_past():
 @pytest.mark.parametrize(
     ("q_shape", "k_shape", "v_shape", "message"),
     [
-        ((2, 3, 4), (2, 5, 6), (2, 5, 6), r"q and k must have the same last dimension d_k: q \(2, 3, 4\), k \(2, 5, 6\)"),
-        ((2, 3, 4), (2, 5, 4), (2, 6, 4), r"k and v must have the same number of keys Lk: k \(2, 5, 4\), v \(2, 6, 4\)"),
+        ((2, 3, 4), (2, 5, 6), (2, 5, 6),
+         r"q and k must have the same last dimension d_k: q \(2, 3, 4\), k \(2, 5, 6\)"),
+        ((2, 3, 4), (2, 5, 4), (2, 6, 4),
+         r"k and v must have the same number of keys Lk: k \(2, 5, 4\), v \(2, 6, 4\)"),
         ((4,), (5, 4), (5, 4), r"q must have shape \[\.\.\., L, d\], got \(4,\)"),
-        ((2, 3, 4), (3, 5, 4), (3, 5, 4), r"dimensions of q \(2, 3, 4\), k \(3, 5, 4\) and v \(3, 5, 4\) do not broadcast"),
+        ((2, 3, 4), (3, 5, 4), (3, 5, 4),
+         r"dimensions of q \(2, 3, 4\), k \(3, 5, 4\) and v \(3, 5, 4\) do not broadcast"),
     ],
 )
 @BOTH_PATHS

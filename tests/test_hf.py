@@ -12,8 +12,11 @@ import sentencepiece as spm
 import torch
 
 from attnmt.cli import main as cli_main
+
 from conftest import skip_or_fail_in_ci
-from test_training import make_pairs
+from helpers import make_pairs
+
+pytestmark = pytest.mark.slow  # builds and loads tiny Hugging Face models
 
 if importlib.util.find_spec("transformers") is None:
     skip_or_fail_in_ci("needs transformers (pip install 'attnmt[hf]', also in attnmt[dev])")

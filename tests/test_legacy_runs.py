@@ -14,6 +14,8 @@ import pytest
 import attnmt
 from attnmt.cli import main as cli_main
 
+pytestmark = pytest.mark.slow  # translates, evaluates and resumes a run
+
 LEGACY = Path(__file__).resolve().parent / "data" / "runs-0.1.0"
 EXPECTED = json.loads((LEGACY / "expected.json").read_text(encoding="utf-8"))
 

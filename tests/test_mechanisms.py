@@ -59,7 +59,10 @@ def reference_attention(name: str, module, query, keys, values, lengths, steps):
         k = keys @ p["key_proj.weight"].T + p["key_proj.bias"]
         v = values @ p["value_proj.weight"].T + p["value_proj.bias"]
         dh = q.shape[-1] // h
-        split = lambda x: x.reshape(x.shape[0], x.shape[1], h, dh).transpose(0, 2, 1, 3)  # noqa: E731
+
+        def split(x):  # [B, L, h·dh] -> [B, h, L, dh]
+            return x.reshape(x.shape[0], x.shape[1], h, dh).transpose(0, 2, 1, 3)
+
         s = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(dh)  # [B, h, T, S]
         w = masked_reference_softmax(s, allowed[:, None])
         heads = (w @ split(v)).transpose(0, 2, 1, 3).reshape(B, T, h * dh)
@@ -98,6 +101,7 @@ def problems(draw):
     return B, S, T, np.array(lengths), scale, seed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MECHANISMS)
 @settings(max_examples=25, deadline=None)
 @given(problem=problems())
@@ -136,7 +140,8 @@ def test_weights_are_a_distribution_over_allowed_keys(name):
 @pytest.mark.parametrize("name", POSITION_FREE)
 def test_permuting_keys_and_values_together_leaves_the_output_unchanged(name):
     module = make(name)
-    keys, values, query = torch.randn(2, 6, DK, dtype=torch.float64), torch.randn(2, 6, DV, dtype=torch.float64), torch.randn(2, DQ, dtype=torch.float64)
+    keys, values = torch.randn(2, 6, DK, dtype=torch.float64), torch.randn(2, 6, DV, dtype=torch.float64)
+    query = torch.randn(2, DQ, dtype=torch.float64)
     mask = padding_mask(torch.tensor([6, 4]), 6)
     permutation = torch.randperm(6)
     context, weights = module(query, keys, values, mask)
@@ -177,6 +182,7 @@ def test_prepared_keys_index_select_reorders_rows():
     torch.testing.assert_close(selected.lengths, prepared.lengths[index])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [m for m in MECHANISMS if m not in ("none", "mean")])
 def test_gradcheck(name):
     module = make(name)

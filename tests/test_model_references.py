@@ -50,7 +50,7 @@ def _batch(seed: int = 0):
 
 
 def _layer_config(norm: str) -> TransformerConfig:
-    return TransformerConfig(d_model=16, heads=4, ffn_dim=24, encoder_layers=1, decoder_layers=1, dropout=0.0,
+    return TransformerConfig(d_model=16, num_heads=4, ffn_dim=24, encoder_layers=1, decoder_layers=1, dropout=0.0,
                              attention_dropout=0.0, norm=norm)
 
 
@@ -163,16 +163,16 @@ def _sinusoids(length, d):
 
 def transformer_reference(weights, config, src, src_mask, tgt_in, tgt_mask):
     """Logits [B, T, V] of Vaswani et al. (2017), restated from the paper over a state dict."""
-    d, heads, pre = config["d_model"], config["heads"], config["norm"] == "pre"
+    d, heads, pre = config["d_model"], config["num_heads"], config["norm"] == "pre"
     embedding = weights["target_embeddings.tokens.weight"]
     x = embedding[src] * math.sqrt(d) + _sinusoids(src.shape[1], d)
     encoder_allowed = src_mask[:, None, :].expand(-1, src.shape[1], -1)
     for n in range(config["encoder_layers"]):
         p = f"encoder_layers.{n}"
         x = _sublayer(x, weights, f"{p}.attention_block.norm", pre,
-                      lambda z: _multi_head(z, z, encoder_allowed, weights, f"{p}.self_attention", heads))
+                      lambda z, p=p: _multi_head(z, z, encoder_allowed, weights, f"{p}.self_attention", heads))
         x = _sublayer(x, weights, f"{p}.feed_forward_block.norm", pre,
-                      lambda z: _feed_forward(z, weights, f"{p}.feed_forward"))
+                      lambda z, p=p: _feed_forward(z, weights, f"{p}.feed_forward"))
     if pre:
         x = _layer_norm(x, weights["encoder_norm.weight"], weights["encoder_norm.bias"])
     T = tgt_in.shape[1]
@@ -182,11 +182,11 @@ def transformer_reference(weights, config, src, src_mask, tgt_in, tgt_mask):
     for n in range(config["decoder_layers"]):
         p = f"decoder_layers.{n}"
         y = _sublayer(y, weights, f"{p}.self_attention_block.norm", pre,
-                      lambda z: _multi_head(z, z, self_allowed, weights, f"{p}.self_attention", heads))
+                      lambda z, p=p: _multi_head(z, z, self_allowed, weights, f"{p}.self_attention", heads))
         y = _sublayer(y, weights, f"{p}.cross_attention_block.norm", pre,
-                      lambda z: _multi_head(z, x, cross_allowed, weights, f"{p}.cross_attention", heads))
+                      lambda z, p=p: _multi_head(z, x, cross_allowed, weights, f"{p}.cross_attention", heads))
         y = _sublayer(y, weights, f"{p}.feed_forward_block.norm", pre,
-                      lambda z: _feed_forward(z, weights, f"{p}.feed_forward"))
+                      lambda z, p=p: _feed_forward(z, weights, f"{p}.feed_forward"))
     if pre:
         y = _layer_norm(y, weights["decoder_norm.weight"], weights["decoder_norm.bias"])
     return y @ embedding.T  # the output matrix is the shared embedding
@@ -194,7 +194,7 @@ def transformer_reference(weights, config, src, src_mask, tgt_in, tgt_mask):
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_whole_transformer_equals_a_restatement_of_the_paper(norm):
-    config = {"type": "transformer", "d_model": 16, "heads": 4, "ffn_dim": 24, "encoder_layers": 2,
+    config = {"type": "transformer", "d_model": 16, "num_heads": 4, "ffn_dim": 24, "encoder_layers": 2,
               "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0, "norm": norm,
               "positions": "sinusoidal", "share_embeddings": True, "tie_output": True}
     model = build_model(dict(config), VOCAB, VOCAB).double().eval()
@@ -236,7 +236,8 @@ def rnn_reference(model, src, src_mask, tgt_in, flow, mechanism):
 
     parallel:  h_i = LSTM(b_i, h_{i−1});       c_i = Attn(h_i);      logits = W_o [c_i; h_i] + b_o
     bahdanau:  c_i = Attn(s_{i−1});            s_i = LSTM([b_i; c_i], s_{i−1});   logits = W_o [c_i; s_i] + b_o
-    luong:     h_i = LSTM([b_i; h̃_{i−1}], h_{i−1});  c_i = Attn(h_i);  h̃_i = tanh(W_c [c_i; h_i]);  logits = W_o h̃_i + b_o
+    luong:     h_i = LSTM([b_i; h̃_{i−1}], h_{i−1});  c_i = Attn(h_i);  h̃_i = tanh(W_c [c_i; h_i]);
+               logits = W_o h̃_i + b_o
     with h_0 = h_sent (the encoder's sentence summaries), c_0 = 0 and h̃_0 = 0.
     """
     weights = model.state_dict()

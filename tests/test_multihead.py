@@ -30,7 +30,7 @@ def numpy_multihead(module: MultiHeadAttention, query, key, value, mask):
 
     mask: bool [B, h or 1, Lq, Lk] or None. Returns (output [B, Lq, E], weights [B, h, Lq, Lk]).
     """
-    E, H, d = module.embed_dim, module.num_heads, module.head_dim
+    H, d = module.num_heads, module.head_dim
     params = {name: p.detach().double().numpy() for name, p in module.named_parameters()}
     if module.packed_projection:
         W_q, W_k, W_v = np.split(params["in_proj_weight"], 3)

@@ -12,8 +12,10 @@ import pytest
 
 import attnmt
 from attnmt.visual.notebook import AttentionView, translations_html
-from test_training import LEXICON, make_pairs, run_trainer, tiny_config
-from test_viewer_browser import browser  # noqa: F401  (headless Chromium, skipped or failed in CI without it)
+
+from helpers import LEXICON, make_pairs, run_trainer, tiny_run_config
+
+pytestmark = pytest.mark.slow  # tiny runs, a Jupyter kernel and a browser
 
 TOUR = Path(__file__).resolve().parents[1] / "examples" / "tour.ipynb"
 
@@ -24,7 +26,7 @@ def runs(tmp_path_factory) -> Path:
     the task translates word by word, so word i of a source aligns with word i of its target."""
     folder = tmp_path_factory.mktemp("tour")
     for attention in ("scaled_dot", "additive"):
-        config = tiny_config(folder, max_epochs=3, max_steps=60, examples=0, bleu_max_sentences=0)
+        config = tiny_run_config(folder, max_epochs=3, max_steps=60, examples=0, bleu_max_sentences=0)
         config["model"]["attention"] = attention
         run_trainer(folder, config, out=attention)
     src, tgt = make_pairs(12, seed=5)
@@ -49,7 +51,7 @@ def test_translations_and_show_render_as_the_viewer(runs):
     assert isinstance(view, AttentionView) and len(view.examples) == 1 and view.examples[0]["meta"]["beam"] == 2
 
 
-def test_the_tour_notebook_runs_in_a_kernel_and_renders_in_a_browser(runs, tmp_path, monkeypatch, browser):  # noqa: F811
+def test_the_tour_notebook_runs_in_a_kernel_and_renders_in_a_browser(runs, tmp_path, monkeypatch, browser):
     nbformat = pytest.importorskip("nbformat", reason="needs nbformat (in attnmt[dev])")
     nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (in attnmt[dev])")
     for name, value in {"RUN": runs / "scaled_dot", "OTHER_RUN": runs / "additive", "ALIGN_RUN": runs / "additive",

@@ -117,6 +117,7 @@ def test_merge_pieces_draws_words(tmp_path):
     assert ">▁Hund</text>" not in svg
 
 
+@pytest.mark.slow
 def test_long_sentences_of_80_tokens_are_plotted(tmp_path):
     rng = np.random.default_rng(0)
     src = [f"▁source{i}" for i in range(80)]
@@ -151,6 +152,7 @@ def test_torch_tensors_with_gradients_are_accepted(tmp_path):
     assert path.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.slow
 def test_plots_drawn_in_threads_equal_plots_drawn_alone(tmp_path):
     alone = plot_attention(PIECE_WEIGHTS, SRC_PIECES, TGT_PIECES, tmp_path / "alone.png").read_bytes()
     failures = []
@@ -159,7 +161,7 @@ def test_plots_drawn_in_threads_equal_plots_drawn_alone(tmp_path):
         try:
             plot_attention(PIECE_WEIGHTS, SRC_PIECES, TGT_PIECES, tmp_path / f"thread{number}.png")
             plot_attention(PIECE_WEIGHTS, SRC_PIECES, TGT_PIECES, tmp_path / f"thread{number}.svg")
-        except Exception as error:  # noqa: BLE001 - reported below
+        except Exception as error:  # any failure of a thread, reported below
             failures.append(error)
 
     threads = [threading.Thread(target=draw, args=(n,)) for n in range(3)]
@@ -172,6 +174,7 @@ def test_plots_drawn_in_threads_equal_plots_drawn_alone(tmp_path):
         assert (tmp_path / f"thread{number}.png").read_bytes() == alone
 
 
+@pytest.mark.slow
 def test_plotting_never_imports_pyplot(tmp_path):
     script = (
         "import sys, numpy as np\n"

@@ -5,7 +5,8 @@ In a table, each number in its cells (not the first column, which labels the row
 settings, nor a target written in parentheses) must equal, at the decimals it is printed with, a
 number in one of those files. In a paragraph, every number must too (as a percentage, in
 microseconds or in millions when it says so), but for counts below 10 ("2 cores", "beam 5"); code
-spans (commands, settings, signatures) are not figures. Result files name no absolute path of the machine that wrote them."""
+spans (commands, settings, signatures) are not figures. Result files name no absolute path of the
+machine that wrote them."""
 
 from __future__ import annotations
 

@@ -11,23 +11,16 @@ import torch.nn.functional as F
 
 from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import ATTENTION_TYPES, canonical_name
+from attnmt.decoding.search import greedy_search
 from attnmt.errors import ConfigError
 from attnmt.models import build_model, count_parameters
 from attnmt.models.rnn import FLOWS, RNNConfig, RNNSeq2Seq
-from attnmt.decoding.search import greedy_search
+
+from helpers import tiny_rnn_config
 
 MECHANISMS = sorted({canonical_name(name) for name in ATTENTION_TYPES})
 SRC_VOCAB, TGT_VOCAB = 23, 19
 BOS, EOS = 2, 3
-
-
-def tiny_config(**overrides) -> dict:
-    config = dict(type="rnn", embed_dim=8, hidden_dim=12, dropout=0.1, attention="scaled_dot")
-    config["attention_options"] = {"kq_dim": 6}
-    config.update(overrides)
-    if config["attention"] != "scaled_dot" and "attention_options" not in overrides:
-        config["attention_options"] = {"num_heads": 3} if config["attention"] == "multihead" else {}
-    return config
 
 
 def make_batch(lengths=(6, 4, 1), target_length=5, seed=0):
@@ -58,11 +51,12 @@ def teacher_forced_by_steps(model, src, mask, tgt_in):
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 @pytest.mark.parametrize("flow", FLOWS)
 @pytest.mark.parametrize("attention", MECHANISMS)
 def test_forward_backward_every_mechanism_flow_and_cell(attention, flow, cell):
-    model = build_model(tiny_config(attention=attention, flow=flow, cell=cell), SRC_VOCAB, TGT_VOCAB)
+    model = build_model(tiny_rnn_config(attention=attention, flow=flow, cell=cell), SRC_VOCAB, TGT_VOCAB)
     src, mask, tgt_in = make_batch()
     tgt_out = torch.roll(tgt_in, -1, dims=1)
     logits, weights = model(src, mask, tgt_in, return_attention=True)
@@ -82,7 +76,7 @@ def test_forward_backward_every_mechanism_flow_and_cell(attention, flow, cell):
 
 
 def test_multilayer_model_and_sizes():
-    config = tiny_config(encoder_layers=2, decoder_layers=3, encoder_hidden_dim=5)
+    config = tiny_rnn_config(encoder_layers=2, decoder_layers=3, encoder_hidden_dim=5)
     config["attention"] = "additive"
     config["attention_options"] = {}
     model = build_model(config, SRC_VOCAB, TGT_VOCAB)
@@ -105,7 +99,7 @@ def test_multilayer_model_and_sizes():
 @pytest.mark.parametrize("attention", MECHANISMS)
 def test_decode_step_matches_forward(attention, flow):
     model = build_model(
-        tiny_config(attention=attention, flow=flow, decoder_layers=2), SRC_VOCAB, TGT_VOCAB
+        tiny_rnn_config(attention=attention, flow=flow, decoder_layers=2), SRC_VOCAB, TGT_VOCAB
     ).double().eval()
     src, mask, tgt_in = make_batch(target_length=7)
     logits, weights = model(src, mask, tgt_in, return_attention=True)
@@ -115,9 +109,9 @@ def test_decode_step_matches_forward(attention, flow):
 
 
 @pytest.mark.parametrize("flow", FLOWS)
-@pytest.mark.parametrize("options", [dict(cell="gru"), dict(tie_embeddings=True, output_embedding=True)])
+@pytest.mark.parametrize("options", [dict(cell="gru"), dict(tie_output=True, output_embedding=True)])
 def test_decode_step_matches_forward_gru_tied_deep_output(flow, options):
-    model = build_model(tiny_config(flow=flow, **options), SRC_VOCAB, TGT_VOCAB).eval()
+    model = build_model(tiny_rnn_config(flow=flow, **options), SRC_VOCAB, TGT_VOCAB).eval()
     src, mask, tgt_in = make_batch(target_length=6)
     logits, _ = model(src, mask, tgt_in)
     step_log_probs, _ = teacher_forced_by_steps(model, src, mask, tgt_in)
@@ -139,7 +133,7 @@ def decode_steps(model, encoded, tokens, steps=3):
 def test_search_steps_look_up_the_input_projection_with_the_same_numbers(flow, cell):
     """Without autograd, decode_step takes W_ih·b_i + b from a per-vocabulary table and runs the
     cell from its gates; with autograd it calls torch.lstm_cell / gru_cell. Same numbers (float64)."""
-    model = build_model(tiny_config(flow=flow, cell=cell, decoder_layers=2), SRC_VOCAB, TGT_VOCAB).double().eval()
+    model = build_model(tiny_rnn_config(flow=flow, cell=cell, decoder_layers=2), SRC_VOCAB, TGT_VOCAB).double().eval()
     src, mask, tgt_in = make_batch(target_length=4)
     encoded = model.encode(src, mask)
     reference = decode_steps(model, encoded, tgt_in)
@@ -152,7 +146,7 @@ def test_search_steps_look_up_the_input_projection_with_the_same_numbers(flow, c
 
 
 def test_the_input_projection_table_follows_weight_updates():
-    model = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB).double()
+    model = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB).double()
     src, mask, tgt_in = make_batch(target_length=4)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     for _ in range(2):
@@ -167,7 +161,7 @@ def test_the_input_projection_table_follows_weight_updates():
         optimizer.zero_grad()
         logits.logsumexp(-1).sum().backward()
         optimizer.step()  # changes every weight in place: the table must be rebuilt
-    fresh = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB).double().eval()
+    fresh = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB).double().eval()
     model.load_state_dict(fresh.state_dict())
     model.eval()
     with torch.no_grad():
@@ -183,7 +177,7 @@ def test_beams_sharing_an_encoding_equal_beams_with_copies(attention, flow):
     """with_beams(K): the K rows of a sentence attend to one copy of its encoding, as one [B, K, Dq]
     query; same numbers as repeating the encoding K times (every mechanism, per-head weights too)."""
     K = 3
-    model = build_model(tiny_config(attention=attention, flow=flow), SRC_VOCAB, TGT_VOCAB).double().eval()
+    model = build_model(tiny_rnn_config(attention=attention, flow=flow), SRC_VOCAB, TGT_VOCAB).double().eval()
     src, mask, _ = make_batch(lengths=(6, 4, 1))
     tokens = torch.randint(4, TGT_VOCAB, (3 * K, 4), generator=torch.Generator().manual_seed(1))
     encoded = model.encode(src, mask)
@@ -208,7 +202,7 @@ def test_beams_sharing_an_encoding_equal_beams_with_copies(attention, flow):
 
 
 def test_state_index_select_reorders_rows():
-    model = build_model(tiny_config(flow="luong"), SRC_VOCAB, TGT_VOCAB).eval()
+    model = build_model(tiny_rnn_config(flow="luong"), SRC_VOCAB, TGT_VOCAB).eval()
     src, mask, tgt_in = make_batch()
     encoded = model.encode(src, mask)
     state = model.init_decoder_state(encoded)
@@ -228,7 +222,7 @@ def test_state_index_select_reorders_rows():
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_padding_does_not_change_a_sentence(cell):
-    model = build_model(tiny_config(cell=cell, encoder_layers=2), SRC_VOCAB, TGT_VOCAB).eval()
+    model = build_model(tiny_rnn_config(cell=cell, encoder_layers=2), SRC_VOCAB, TGT_VOCAB).eval()
     src, mask, tgt_in = make_batch(lengths=(6, 4, 1))
     logits, weights = model(src, mask, tgt_in, return_attention=True)
     for b, length in enumerate((6, 4, 1)):
@@ -243,7 +237,7 @@ def test_padding_does_not_change_a_sentence(cell):
 
 
 def test_sentence_representation_is_eq7_on_unpadded_sentence():
-    model = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB).double().eval()
+    model = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB).double().eval()
     src, mask, _ = make_batch(lengths=(6, 3))
     encoded = model.encode(src, mask)
     sentence = src[1:2, :3]
@@ -263,7 +257,7 @@ def test_encoder_matches_nn_rnn_over_a_packed_batch(cell, layers):
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
     torch.manual_seed(3)
-    model = build_model(tiny_config(cell=cell, encoder_layers=layers, dropout=0.0), SRC_VOCAB, TGT_VOCAB).double()
+    model = build_model(tiny_rnn_config(cell=cell, encoder_layers=layers, dropout=0.0), SRC_VOCAB, TGT_VOCAB).double()
     lengths = (7, 1, 4, 7, 2)
     src, mask, _ = make_batch(lengths=lengths, seed=5)
     embedded = model.src_embedding(src).detach().requires_grad_(True)
@@ -289,7 +283,7 @@ def test_encoder_matches_nn_rnn_over_a_packed_batch(cell, layers):
 
 @pytest.mark.parametrize("flow", FLOWS)
 def test_target_mask_computes_only_the_real_rows_of_the_logits(flow):
-    model = build_model(tiny_config(flow=flow, tie_embeddings=flow == "luong"), SRC_VOCAB, TGT_VOCAB).double().eval()
+    model = build_model(tiny_rnn_config(flow=flow, tie_output=flow == "luong"), SRC_VOCAB, TGT_VOCAB).double().eval()
     src, mask, tgt_in = make_batch(lengths=(6, 4, 1), target_length=5)
     tgt_mask = padding_mask(torch.tensor([5, 2, 1]), 5)
     logits, weights = model(src, mask, tgt_in, return_attention=True)
@@ -304,7 +298,7 @@ def test_target_mask_computes_only_the_real_rows_of_the_logits(flow):
 
 
 def test_source_mask_must_be_right_padded_bool():
-    model = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB)
+    model = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB)
     src, mask, tgt_in = make_batch(lengths=(3, 2))
     with pytest.raises(ValueError, match="right-padded"):
         model(src, mask.flip(1), tgt_in)
@@ -321,7 +315,7 @@ def test_source_mask_must_be_right_padded_bool():
 
 @pytest.mark.parametrize("flow", FLOWS)
 def test_multihead_exposes_weights_per_head(flow):
-    model = build_model(tiny_config(attention="multihead", flow=flow), SRC_VOCAB, TGT_VOCAB).eval()
+    model = build_model(tiny_rnn_config(attention="multihead", flow=flow), SRC_VOCAB, TGT_VOCAB).eval()
     assert model.attention_heads == 3
     src, mask, tgt_in = make_batch()
     _, averaged = model(src, mask, tgt_in, return_attention=True)
@@ -333,7 +327,7 @@ def test_multihead_exposes_weights_per_head(flow):
 
 
 def test_single_head_mechanism_gives_one_head():
-    model = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB).eval()
+    model = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB).eval()
     src, mask, tgt_in = make_batch()
     _, averaged = model(src, mask, tgt_in, return_attention=True)
     _, per_head = model(src, mask, tgt_in, return_attention="heads")
@@ -344,8 +338,8 @@ def test_single_head_mechanism_gives_one_head():
 
 
 def test_tied_embeddings_share_the_target_embedding():
-    untied = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB)
-    tied = build_model(tiny_config(tie_embeddings=True), SRC_VOCAB, TGT_VOCAB)
+    untied = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB)
+    tied = build_model(tiny_rnn_config(tie_output=True), SRC_VOCAB, TGT_VOCAB)
     # Tied: a [F, E] projection + V biases replace the [F, V] + V output layer (F = 2·12 = 24).
     assert count_parameters(untied) - count_parameters(tied) == 24 * TGT_VOCAB - 24 * 8
     src, mask, tgt_in = make_batch()
@@ -385,7 +379,7 @@ def test_config_round_trip_and_defaults():
         ({"hidden_dim": 0}, "hidden_dim"),
         ({"embed_dim": 2.5}, "embed_dim"),
         ({"decoder_layers": True}, "decoder_layers"),
-        ({"tie_embeddings": "yes"}, "tie_embeddings"),
+        ({"tie_output": "yes"}, "tie_output"),
         ({"type": "transformer"}, "type"),
         ({"attention_options": [1]}, "attention_options"),
     ],
@@ -405,9 +399,9 @@ def test_build_model_dispatch_errors():
     if importlib.util.find_spec("attnmt.models.transformer") is None:
         with pytest.raises(ConfigError, match="transformer"):
             build_model({"type": "transformer"}, 10, 10)
-    model = build_model(tiny_config(), SRC_VOCAB, TGT_VOCAB)
+    model = build_model(tiny_rnn_config(), SRC_VOCAB, TGT_VOCAB)
     assert isinstance(model, RNNSeq2Seq) and model.model_type == "rnn"
-    assert model.config == RNNConfig.from_dict(tiny_config())
+    assert model.config == RNNConfig.from_dict(tiny_rnn_config())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -415,6 +409,7 @@ def test_build_model_dispatch_errors():
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flow", ["parallel", "luong"])
 def test_tiny_model_learns_to_reverse(flow):
     torch.manual_seed(0)

@@ -11,53 +11,12 @@ import torch
 from torch import nn
 
 from attnmt.attention.functional import padding_mask
-from attnmt.models import build_model
 from attnmt.decoding.search import Hypothesis, beam_search, greedy_search, length_penalty
+from attnmt.models import build_model
 
-PAD, UNK, BOS, EOS, A, B = range(6)
+from helpers import BigramToy, Rows
 
-
-# ------------------------------------------------------------------------------------------------
-# A toy model with fixed tables: P(next | previous token), uniform attention
-# ------------------------------------------------------------------------------------------------
-
-
-class Rows:
-    """Encoder output / state of the toy: a tensor of per-row values with index_select."""
-
-    def __init__(self, *tensors):
-        self.tensors = tensors
-
-    def index_select(self, index):
-        return Rows(*(t.index_select(0, index) for t in self.tensors))
-
-
-class BigramToy(nn.Module):
-    """P(next | prev) from a table; greedy follows A (0.5) then A (0.4)… while B, EOS has 0.36.
-
-    state = the number of steps taken (to check that search passes ``step`` and reorders states).
-    """
-
-    def __init__(self):
-        super().__init__()
-        table = torch.zeros(6, 6, dtype=torch.float64)
-        table[BOS, [EOS, A, B]] = torch.tensor([0.1, 0.5, 0.4], dtype=torch.float64)
-        table[A, [EOS, A, B]] = torch.tensor([0.3, 0.4, 0.3], dtype=torch.float64)
-        table[B, [EOS, A, B]] = torch.tensor([0.9, 0.05, 0.05], dtype=torch.float64)
-        self.register_buffer("log_table", table.log())
-
-    def encode(self, src, src_mask):
-        return Rows(src_mask)
-
-    def init_decoder_state(self, encoded):
-        return Rows(torch.zeros(encoded.tensors[0].shape[0], dtype=torch.long))
-
-    def decode_step(self, prev_tokens, state, encoded, step):
-        (steps,) = state.tensors
-        assert (steps == step).all(), "state and step disagree: search reordered states wrongly"
-        mask = encoded.tensors[0]
-        attention = mask.double() / mask.sum(1, keepdim=True)
-        return self.log_table[prev_tokens].clone(), attention, Rows(steps + 1)
+PAD, UNK, BOS, EOS, A, B = range(6)  # the toy's tokens (helpers.BigramToy)
 
 
 def toy_source(lengths=(3,)):
@@ -231,7 +190,7 @@ def reversal_data(pairs=16, seed=0):
     return src, padding_mask(lengths + 1, width), tgt_in, tgt_out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def half_trained_model(index: int):
     """MODELS[index] after 20 Adam steps on reversal: outputs of varied lengths where beam search
     and greedy search often disagree (a random model only loops to the length limit)."""
@@ -266,6 +225,7 @@ def assert_same(found: Hypothesis, expected: Hypothesis):
 MODEL_IDS = [f"{o['flow']}-{o['attention']}" for o in MODELS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(MODELS)), ids=MODEL_IDS)
 def test_beam_one_is_greedy(index):
     model = half_trained_model(index)
@@ -334,6 +294,7 @@ def exhaustive_beam_search(model, src, mask, K, alpha, max_len_a, max_len_b, n_b
     return sorted(finished, key=lambda h: -h[2])[:n_best]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
 @pytest.mark.parametrize("index", range(len(MODELS)), ids=MODEL_IDS)
 def test_stopping_early_finds_what_following_every_beam_to_the_limit_finds(index, alpha):
@@ -417,7 +378,7 @@ def test_search_works_for_the_transformer_too():
     one-at-a-time results, and beam 1 equals greedy."""
     pytest.importorskip("attnmt.models.transformer")
     torch.manual_seed(0)
-    config = dict(type="transformer", d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=2)
+    config = dict(type="transformer", d_model=16, num_heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=2)
     model = build_model(config, VOCAB, VOCAB)
     src, mask = random_sources()
     batched = beam_search(model, src, mask, beam=4, n_best=2, max_len_a=1.0, max_len_b=3)

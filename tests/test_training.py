@@ -15,85 +15,27 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.cli import main as cli_main
-from attnmt.runs.run_config import RunConfig, TrainingConfig, load_config
 from attnmt.errors import CheckpointError, ConfigError, DataError
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.runs.folder import config_differences
-from attnmt.training import PlateauTracker, Trainer, backward_on_batch, training_threads
+from attnmt.runs.run_config import RunConfig, TrainingConfig, load_config
+from attnmt.training import PlateauTracker, backward_on_batch, training_threads
+
+from helpers import comparable, make_pairs, run_trainer, save_yaml, tiny_run_config
+
+pytestmark = pytest.mark.slow  # every test trains a run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-
-
-# A made-up "translation" task: every source word has one target word, the order is kept.
-LEXICON = {
-    "ein": "a", "der": "the", "mann": "man", "frau": "woman", "hund": "dog", "katze": "cat",
-    "kind": "child", "läuft": "runs", "springt": "jumps", "sitzt": "sits", "spielt": "plays",
-    "auf": "on", "im": "in", "park": "park", "garten": "garden", "ball": "ball", "rot": "red",
-    "blau": "blue", "groß": "big", "klein": "small",
-}
-
-
-def make_pairs(count: int, seed: int) -> tuple[list[str], list[str]]:
-    rng = random.Random(seed)
-    words = sorted(LEXICON)
-    src, tgt = [], []
-    for _ in range(count):
-        sentence = rng.choices(words, k=rng.randint(3, 7))
-        src.append(" ".join(sentence).capitalize() + ".")
-        tgt.append(" ".join(LEXICON[w] for w in sentence).capitalize() + ".")
-    return src, tgt
-
-
-def write_corpus(folder: Path, name: str, count: int, seed: int) -> list[str]:
-    src, tgt = make_pairs(count, seed)
-    (folder / f"{name}.de").write_text("\n".join(src) + "\n", encoding="utf-8")
-    (folder / f"{name}.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
-    return [f"{name}.de", f"{name}.en"]
-
-
-def tiny_config(folder: Path, train_pairs: int = 200, valid_pairs: int = 20, **training) -> dict:
-    """A config dict for a ~20k-parameter model on made-up data written into ``folder``."""
-    config = {
-        "data": {
-            "train": write_corpus(folder, "train", train_pairs, seed=1),
-            "valid": write_corpus(folder, "valid", valid_pairs, seed=2),
-            "vocab_size": 64,
-            "max_tokens": 160,
-        },
-        "model": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "scaled_dot"},
-        "training": {
-            "lr": 0.01, "max_epochs": 2, "log_every": 5, "checkpoint_every": 5, "num_threads": 1,
-            "bleu_max_sentences": 5, "examples": 1, **training,
-        },
-    }
-    return config
-
-
-def save_yaml(folder: Path, config: dict, name: str = "config.yaml") -> Path:
-    path = folder / name
-    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
-    return path
-
-
-def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = False):
-    cfg = load_config(save_yaml(folder, config))
-    return Trainer(cfg, folder / out, resume=resume, show_progress=False, verbose=False).run()
-
-
-def comparable(records: list[dict]) -> list[dict]:
-    """Metric records without the fields that measure time."""
-    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s")} for r in records]
 
 
 # ------------------------------------------------------------------------------------------------
 
 
 def test_loss_falls_and_run_folder_is_complete(tmp_path):
-    config = tiny_config(tmp_path, max_epochs=3)
+    config = tiny_run_config(tmp_path, max_epochs=3)
     result = run_trainer(tmp_path, config)
     train_records = [r for r in result.history if r["type"] == "train"]
     epochs = [r for r in result.history if r["type"] == "epoch"]
@@ -119,10 +61,10 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
 
 def test_model_memorises_twenty_pairs(tmp_path):
     """20 pairs, trained on and scored on themselves: greedy BLEU >= 90."""
-    from attnmt.evaluation import corpus_scores
     from attnmt.decoding.translator import Translator
+    from attnmt.evaluation import corpus_scores
 
-    config = tiny_config(tmp_path, train_pairs=20, max_epochs=40, eval_every=100, examples=0,
+    config = tiny_run_config(tmp_path, train_pairs=20, max_epochs=40, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.03)
     config["data"]["valid"] = config["data"]["train"]
     config["data"]["max_tokens"] = 60
@@ -139,7 +81,8 @@ MECHANISMS = ["none", "mean", "dot", "scaled_dot", "general", "additive", "local
 
 @pytest.mark.parametrize(
     "attention,flow",
-    [(name, "parallel") for name in MECHANISMS] + [("additive", "bahdanau"), ("general", "luong"), ("local-p", "luong")],
+    [(name, "parallel") for name in MECHANISMS]
+    + [("additive", "bahdanau"), ("general", "luong"), ("local-p", "luong")],
 )
 def test_every_mechanism_and_flow_takes_a_training_step(attention, flow):
     from attnmt.data import make_batches
@@ -172,7 +115,7 @@ def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_
     from attnmt.models import build_model
 
     sizes = {"embed_dim": 32, "hidden_dim": 32} if model_type == "rnn" else {
-        "d_model": 32, "heads": 4, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1}
+        "d_model": 32, "num_heads": 4, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1}
     model_config = RunConfig.from_dict(
         {"data": {"train": ["a", "b"]}, "model": {"type": model_type, "dropout": 0.0, **sizes}}).model
     torch.manual_seed(0)
@@ -212,7 +155,7 @@ def test_trainer_trains_in_the_configured_precision(tmp_path, monkeypatch):
         seen.clear()
         folder = tmp_path / precision
         folder.mkdir()
-        config = tiny_config(folder, train_pairs=60, max_steps=3, bleu_max_sentences=0, examples=0,
+        config = tiny_run_config(folder, train_pairs=60, max_steps=3, bleu_max_sentences=0, examples=0,
                              precision=precision)
         run_trainer(folder, config)
         assert seen == [precision] * 3
@@ -223,7 +166,7 @@ def test_trainer_trains_in_the_configured_precision(tmp_path, monkeypatch):
 
 def test_resume_after_sigkill_gives_identical_numbers(tmp_path):
     """Kill -9 a run right after its first checkpoint; --resume must end exactly as an unbroken run."""
-    config = tiny_config(tmp_path, train_pairs=300, max_epochs=5, max_steps=45, checkpoint_every=7)
+    config = tiny_run_config(tmp_path, train_pairs=300, max_epochs=5, max_steps=45, checkpoint_every=7)
     config_path = save_yaml(tmp_path, config)
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     command = [sys.executable, "-m", "attnmt", "train", "--config", str(config_path), "--no-progress"]
@@ -254,7 +197,8 @@ def test_resume_after_sigkill_gives_identical_numbers(tmp_path):
     for name, tensor in b["model"].items():
         assert torch.equal(a["model"][name], tensor), name
     assert comparable(a["history"]) == comparable(b["history"])
-    best_a, best_b = load_checkpoint(tmp_path / "killed" / "best.pt"), load_checkpoint(tmp_path / "unbroken" / "best.pt")
+    best_a = load_checkpoint(tmp_path / "killed" / "best.pt")
+    best_b = load_checkpoint(tmp_path / "unbroken" / "best.pt")
     assert all(torch.equal(best_a["model"][k], v) for k, v in best_b["model"].items())
     lines = (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
     assert comparable([json.loads(line) for line in lines][:-1]) == comparable(b["history"])
@@ -264,12 +208,12 @@ def test_resume_after_sigkill_gives_identical_numbers(tmp_path):
 
 
 def test_unknown_config_key_names_key_and_file(tmp_path):
-    config = tiny_config(tmp_path)
+    config = tiny_run_config(tmp_path)
     config["training"]["learning_rate"] = 0.1
     path = save_yaml(tmp_path, config, "bad.yaml")
     with pytest.raises(ConfigError, match=r"bad\.yaml.*training.*'learning_rate'"):
         load_config(path)
-    config = tiny_config(tmp_path)
+    config = tiny_run_config(tmp_path)
     config["trainig"] = {}
     with pytest.raises(ConfigError, match="unknown section.*'trainig'"):
         load_config(save_yaml(tmp_path, config, "bad2.yaml"))
@@ -288,14 +232,14 @@ def test_invalid_training_values(key, value, message):
 
 
 def test_invalid_model_option_is_a_config_error(tmp_path):
-    config = tiny_config(tmp_path)
+    config = tiny_run_config(tmp_path)
     config["model"]["attention"] = "telepathy"
     with pytest.raises(ConfigError, match="telepathy"):
         load_config(save_yaml(tmp_path, config))
 
 
 def test_cli_overrides(tmp_path):
-    path = save_yaml(tmp_path, tiny_config(tmp_path))
+    path = save_yaml(tmp_path, tiny_run_config(tmp_path))
     cfg = load_config(path, {"attention": "bahdanau", "seed": 7, "max_steps": 3, "max_epochs": None},
                       ["training.lr=5e-4", "model.hidden_dim=24"])
     assert cfg.model.attention == "additive"  # normalised by the model's config
@@ -306,14 +250,14 @@ def test_cli_overrides(tmp_path):
 
 
 def test_missing_data_file_is_a_data_error(tmp_path):
-    config = tiny_config(tmp_path)
+    config = tiny_run_config(tmp_path)
     config["data"]["train"] = ["nowhere.de", "train.en"]
     with pytest.raises(DataError, match="nowhere.de"):
         run_trainer(tmp_path, config)
 
 
 def test_existing_run_folder_needs_resume(tmp_path, capsys):
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path))
     out = tmp_path / "run"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
@@ -325,7 +269,7 @@ def test_existing_run_folder_needs_resume(tmp_path, capsys):
 
 
 def test_resume_refuses_a_changed_config(tmp_path, capsys):
-    config = tiny_config(tmp_path, max_steps=2, bleu_max_sentences=0, examples=0)
+    config = tiny_run_config(tmp_path, max_steps=2, bleu_max_sentences=0, examples=0)
     config_path = save_yaml(tmp_path, config)
     out = str(tmp_path / "run")
     assert cli_main(["train", "--config", str(config_path), "--out", out, "--no-progress"]) == 0
@@ -342,7 +286,8 @@ def test_learning_rate_schedule():
 
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.Adam([parameter], lr=1.0)
-    inverse_sqrt = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, lr_schedule="inverse_sqrt", warmup_steps=100))
+    inverse_sqrt = LearningRateSchedule(
+        optimizer, TrainingConfig(lr=1e-3, lr_schedule="inverse_sqrt", warmup_steps=100))
     assert inverse_sqrt.set_step(1) == pytest.approx(1e-5)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)
     assert inverse_sqrt.lr(100) == pytest.approx(1e-3)  # the peak
@@ -374,7 +319,7 @@ def test_learning_rate_schedule():
 
 
 def test_a_cosine_schedule_over_max_steps_falls_to_min_lr_at_the_last_step(tmp_path):
-    config = tiny_config(tmp_path, max_epochs=10, max_steps=20, log_every=1, examples=0, lr_schedule="cosine",
+    config = tiny_run_config(tmp_path, max_epochs=10, max_steps=20, log_every=1, examples=0, lr_schedule="cosine",
                          min_lr=1e-4)
     run_trainer(tmp_path, config)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -405,7 +350,7 @@ def test_config_differences_lists_dotted_keys():
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trained")
-    run_trainer(folder, tiny_config(folder, max_steps=3, bleu_max_sentences=0, examples=0))
+    run_trainer(folder, tiny_run_config(folder, max_steps=3, bleu_max_sentences=0, examples=0))
     return folder / "run"
 
 
@@ -477,7 +422,7 @@ def test_threads_come_from_the_config_then_omp_num_threads_then_the_cores(monkey
 
 def test_the_summary_says_minutes_and_target_tokens_to_the_best_checkpoint(tmp_path, capsys):
     """Tokens compare runs on machines of different speeds; every epoch sees every target token + EOS."""
-    config_path = save_yaml(tmp_path, tiny_config(tmp_path, max_epochs=2, examples=0))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=2, examples=0))
     assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     summary = records[-1]
@@ -488,5 +433,6 @@ def test_the_summary_says_minutes_and_target_tokens_to_the_best_checkpoint(tmp_p
     assert summary["best_target_tokens"] == summary["target_tokens"] * best_epoch[0]["epoch"] // 2
     assert 0 < summary["best_elapsed"] <= summary["elapsed"]
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert f"after {summary['best_elapsed'] / 60:.1f} min and {summary['best_target_tokens'] / 1e6:.2f}M target tokens" \
+    minutes, millions = summary["best_elapsed"] / 60, summary["best_target_tokens"] / 1e6
+    assert f"after {minutes:.1f} min and {millions:.2f}M target tokens" \
         in line

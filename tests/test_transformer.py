@@ -8,26 +8,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnmt.decoding.search import beam_search, greedy_search
 from attnmt.errors import ConfigError
 from attnmt.models import build_model
 from attnmt.models.transformer import Transformer, TransformerConfig, sinusoidal_positions
-from attnmt.decoding.search import beam_search, greedy_search
+
+from helpers import tiny_transformer_config
 
 PAD, BOS, EOS = 0, 2, 3
 VOCAB = 14  # ids 4 … 13 are words
 
 
-def tiny_config(**overrides) -> TransformerConfig:
-    values = dict(
-        d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
-        dropout=0.0, attention_dropout=0.0, max_positions=64,
-    )
-    values.update(overrides)
-    return TransformerConfig(**values)
-
-
 def tiny_model(vocab: int = VOCAB, **overrides) -> Transformer:
-    return Transformer(tiny_config(**overrides), vocab, vocab).eval()
+    return Transformer(tiny_transformer_config(**overrides), vocab, vocab).eval()
 
 
 def pad_batch(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,7 +231,7 @@ def reverser(request):
     src, src_mask = pad_batch([source + [EOS] for source, _ in pairs])
     tgt_in, _ = pad_batch([[BOS] + target for _, target in pairs])
     tgt_out, _ = pad_batch([target + [EOS] for _, target in pairs])
-    model = Transformer(tiny_config(norm=request.param, share_embeddings=True), VOCAB, VOCAB)
+    model = Transformer(tiny_transformer_config(norm=request.param, share_embeddings=True), VOCAB, VOCAB)
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     model.train()
     for _ in range(300):
@@ -261,6 +254,7 @@ def hypothesis_log_prob(model, src, src_mask, tokens: list[int]) -> float:
     return logits.log_softmax(-1).gather(2, tgt_out.unsqueeze(-1)).sum().item()
 
 
+@pytest.mark.slow
 def test_a_tiny_transformer_learns_to_reverse_20_sentences_and_greedy_search_finds_them(reverser):
     model, pairs, src, src_mask, loss = reverser
     assert loss < 0.01
@@ -306,11 +300,13 @@ def test_shared_embeddings_use_one_matrix_for_source_target_and_output():
     assert tied.output_projection.weight is tied.target_embeddings.tokens.weight
     untied = tiny_model(tie_output=False)
     assert untied.output_projection.weight is not untied.target_embeddings.tokens.weight
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731 - parameters() yields a tied one once
+    def count(module) -> int:  # parameters() yields a tied weight once
+        return sum(p.numel() for p in module.parameters())
+
     assert count(tied) - count(shared) == VOCAB * 32
     assert count(untied) - count(tied) == VOCAB * 32
     with pytest.raises(ConfigError, match="joint vocabulary.*12.*14"):
-        Transformer(tiny_config(share_embeddings=True), 12, 14)
+        Transformer(tiny_transformer_config(share_embeddings=True), 12, 14)
 
 
 @pytest.mark.parametrize("share_embeddings", [False, True])
@@ -354,10 +350,10 @@ def test_learned_positions_stop_at_max_positions():
 
 
 def test_config_round_trips_and_builds_through_the_registry():
-    config = tiny_config(norm="post", positions="learned", share_embeddings=True)
+    config = tiny_transformer_config(norm="post", positions="learned", share_embeddings=True)
     assert TransformerConfig.from_dict(config.to_dict()) == config
     assert config.to_dict()["type"] == "transformer"
-    model = build_model({"type": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32}, 30, 40)
+    model = build_model({"type": "transformer", "d_model": 16, "num_heads": 2, "ffn_dim": 32}, 30, 40)
     assert isinstance(model, Transformer) and model.model_type == "transformer"
     assert model.config.d_model == 16 and model.config.encoder_layers == 3
     assert model.attention_heads == 2
@@ -367,9 +363,9 @@ def test_config_round_trips_and_builds_through_the_registry():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"d_model": 32, "heads": 4, "layers": 6}, "unknown key.*layers"),
+        ({"d_model": 32, "num_heads": 4, "layers": 6}, "unknown key.*layers"),
         ({"type": "rnn"}, "type must be 'transformer'"),
-        ({"d_model": 30, "heads": 4}, "d_model=30 is not divisible by heads=4"),
+        ({"d_model": 30, "num_heads": 4}, "d_model=30 is not divisible by num_heads=4"),
         ({"ffn_dim": 0}, "ffn_dim must be a positive integer"),
         ({"encoder_layers": 2.5}, "encoder_layers must be a positive integer"),
         ({"decoder_layers": True}, "decoder_layers must be a positive integer"),

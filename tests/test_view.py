@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,27 +15,8 @@ from attnmt.data.pieces import merge_subwords
 from attnmt.decoding.translator import Translator
 from attnmt.models.readout import force_decode
 from attnmt.visual.examples import named_heads, view_examples
-from test_training import run_trainer, tiny_config, write_corpus
 
-MODELS = {
-    "sdp": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "scaled_dot"},
-    "multihead": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "multihead",
-                  "attention_options": {"num_heads": 2}},
-    "transformer": {"type": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1,
-                    "decoder_layers": 2, "dropout": 0.1},
-}
-
-
-@pytest.fixture(scope="module", params=list(MODELS))
-def tiny_run(request, tmp_path_factory) -> tuple[str, Path]:
-    """A run of a few steps (the outputs are poor, which is fine: only shapes and numbers matter)."""
-    folder = tmp_path_factory.mktemp(f"view-{request.param}")
-    config = tiny_config(folder, train_pairs=60, valid_pairs=5, max_steps=4, bleu_max_sentences=0, examples=0)
-    config["model"] = MODELS[request.param]
-    config["data"]["test"] = {"made_up": write_corpus(folder, "test", 8, seed=3)}
-    config["search"] = {"max_len_a": 1.0, "max_len_b": 3}
-    run_trainer(folder, config)
-    return request.param, folder / "run"
+pytestmark = pytest.mark.slow  # tiny trained runs
 
 
 def _viewer_data(page: str) -> dict:
@@ -59,7 +39,7 @@ def test_view_writes_one_page_with_n_examples_of_the_right_sizes(tiny_run, capsy
     expected_names = {
         "sdp": ["weights"],
         "multihead": ["average", "head 1", "head 2"],
-        "transformer": ["average"] + [f"layer {l} / head {h}" for l in (1, 2) for h in (1, 2)],
+        "transformer": ["average"] + [f"layer {layer} / head {head}" for layer in (1, 2) for head in (1, 2)],
     }[name]
     for example in data:
         assert [matrix_name for matrix_name, _ in example["matrices"]] == expected_names

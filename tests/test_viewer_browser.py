@@ -1,204 +1,20 @@
 """The HTML attention viewer in a real browser: headless Chromium driven over the DevTools protocol.
 
-Chromium is started with ``--remote-debugging-pipe``: it reads protocol commands (JSON, each
-ended by a NUL byte) on file descriptor 3 and writes replies and events on descriptor 4. That
-needs only the standard library — no selenium, no chromedriver, nothing downloaded. The tests
-skip with a reason when Chromium is not installed (Debian package ``chromium``).
+The browser is ``tests/helpers.py``'s ``Browser`` (the ``browser`` fixture of ``conftest.py``): it
+needs only the standard library, no selenium, no chromedriver, nothing downloaded. The tests skip
+with a reason when Chromium is not installed (Debian package ``chromium``), and fail under CI.
 """
 
 from __future__ import annotations
 
-import base64
-import fcntl
 import json
-import os
-import select
-import shutil
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import skip_or_fail_in_ci
-
 from attnmt.visual.viewer import write_attention_viewer
 
-BROWSER_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-STEP_TIMEOUT = 15.0  # seconds for one protocol reply; the whole module takes a few seconds
-
-
-def find_browser() -> str | None:
-    explicit = os.environ.get("ATTNMT_CHROMIUM")
-    if explicit:
-        return explicit if shutil.which(explicit) else None
-    for name in BROWSER_CANDIDATES:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-class Browser:
-    """A headless Chromium with one page, spoken to through the DevTools protocol on a pipe."""
-
-    def __init__(self, executable: str, width: int = 1280, height: int = 900):
-        self.profile = tempfile.TemporaryDirectory(prefix="attnmt-chromium-")
-        to_browser_read, self._to_browser = os.pipe()
-        self._from_browser, from_browser_write = os.pipe()
-
-        def wire_descriptors() -> None:  # runs in the child: the protocol wants exactly fds 3 and 4
-            # Copy both ends above 10 first, so putting one on 3 cannot overwrite the other.
-            read_end = fcntl.fcntl(to_browser_read, fcntl.F_DUPFD, 10)
-            write_end = fcntl.fcntl(from_browser_write, fcntl.F_DUPFD, 10)
-            os.dup2(read_end, 3)
-            os.dup2(write_end, 4)
-
-        self.process = subprocess.Popen(
-            [
-                executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--no-default-browser-check", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-extensions",
-                "--disable-dev-shm-usage", "--mute-audio", "--hide-scrollbars",
-                f"--user-data-dir={self.profile.name}", f"--window-size={width},{height}",
-                "--remote-debugging-pipe", "about:blank",
-            ],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=wire_descriptors, pass_fds=(3, 4),
-        )
-        os.close(to_browser_read)
-        os.close(from_browser_write)
-        self._buffer = b""
-        self._next_id = 0
-        self.events: list[dict] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", session=True,
-                  width=width, height=height, deviceScaleFactor=1, mobile=False)
-
-    # -- protocol
-
-    def _send(self, message: dict) -> None:
-        data = json.dumps(message).encode() + b"\0"
-        while data:
-            written = os.write(self._to_browser, data)
-            data = data[written:]
-
-    def _receive(self, deadline: float) -> dict:
-        while b"\0" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("Chromium did not answer in time")
-            ready, _, _ = select.select([self._from_browser], [], [], remaining)
-            if ready:
-                chunk = os.read(self._from_browser, 1 << 20)
-                if not chunk:
-                    raise ConnectionError(f"Chromium closed the pipe (exit code {self.process.poll()})")
-                self._buffer += chunk
-        message, self._buffer = self._buffer.split(b"\0", 1)
-        return json.loads(message)
-
-    def call(self, method: str, session: bool = False, **params) -> dict:
-        self._next_id += 1
-        message = {"id": self._next_id, "method": method, "params": params}
-        if session:
-            message["sessionId"] = self.session
-        self._send(message)
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while True:
-            reply = self._receive(deadline)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method} failed: {reply['error']}")
-                return reply.get("result", {})
-            self.events.append(reply)
-
-    def wait_for_event(self, method: str) -> dict:
-        deadline = time.monotonic() + STEP_TIMEOUT
-        for index, event in enumerate(self.events):
-            if event.get("method") == method:
-                return self.events.pop(index)
-        while True:
-            event = self._receive(deadline)
-            if event.get("method") == method:
-                return event
-            self.events.append(event)
-
-    # -- page
-
-    def open(self, url: str) -> None:
-        self.events.clear()
-        self.call("Page.navigate", session=True, url=url)
-        self.wait_for_event("Page.loadEventFired")
-
-    def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", session=True, expression=expression,
-                           returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def hover(self, selector: str, scroll: str = "center") -> tuple[float, float]:
-        """Move the real mouse pointer to the middle of the element; return the point.
-
-        The element is scrolled into view first: to the middle of the window, or with
-        ``scroll="nearest"`` only as far as needed (not at all when it is already visible).
-        """
-        box = self.evaluate(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-            f" e.scrollIntoView({{block: {json.dumps(scroll)}, inline: {json.dumps(scroll)}}});"
-            " const r = e.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()"
-        )
-        self.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=box[0], y=box[1])
-        return box[0], box[1]
-
-    def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", session=True, format="png")["data"]
-        path.write_bytes(base64.b64decode(data))
-        return path
-
-    def errors(self) -> list[str]:
-        """Console errors, uncaught exceptions and browser log errors (e.g. CSP violations) so far."""
-        found = []
-        for event in self.events:
-            method, params = event.get("method"), event.get("params", {})
-            if method == "Runtime.exceptionThrown":
-                found.append(json.dumps(params.get("exceptionDetails", {}))[:500])
-            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                found.append(" ".join(str(arg.get("value", arg.get("description"))) for arg in params["args"]))
-            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                found.append(params["entry"].get("text", ""))
-        return found
-
-    def close(self) -> None:
-        try:
-            self.call("Browser.close")
-        except (OSError, RuntimeError, TimeoutError, ConnectionError):
-            pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        os.close(self._to_browser)
-        os.close(self._from_browser)
-        self.profile.cleanup()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = find_browser()
-    if executable is None:
-        skip_or_fail_in_ci("needs Chromium for the browser test (Debian: apt-get install chromium); it is not installed")
-    instance = Browser(executable)
-    try:
-        yield instance
-    finally:
-        instance.close()
+pytestmark = pytest.mark.slow  # starts headless Chromium
 
 
 def softmax_rows(scores: np.ndarray) -> np.ndarray:
@@ -273,7 +89,8 @@ def test_hovering_a_cell_shows_its_weight(browser, viewer_page):
     row, col = 2, 3
     browser.hover(f"#example-1 td.cell[data-row='{row}'][data-col='{col}']")
     shown = browser.evaluate("document.querySelector('#example-1 .readout-weight').textContent")
-    stored = browser.evaluate(f"document.querySelector(\"#example-1 td.cell[data-row='{row}'][data-col='{col}']\").dataset.weight")
+    cell = f"#example-1 td.cell[data-row='{row}'][data-col='{col}']"
+    stored = browser.evaluate(f"document.querySelector(\"{cell}\").dataset.weight")
     assert float(stored) == pytest.approx(average[row, col], abs=1e-4)  # "average" is shown first
     assert shown == f"{float(stored):.3f}"
     title = browser.evaluate("document.querySelector('#example-1 .readout-title').textContent")
@@ -301,7 +118,8 @@ def test_hovering_an_output_word_shades_the_source_words_by_weight(browser, view
 def test_choosing_a_head_repaints_the_heatmap(browser, viewer_page):
     examples, _ = viewer_page
     heads = examples[0]["heads"]
-    names = browser.evaluate("Array.from(document.querySelectorAll('#example-1 select option')).map(o => o.textContent)")
+    names = browser.evaluate(
+        "Array.from(document.querySelectorAll('#example-1 select option')).map(o => o.textContent)")
     assert names == list(heads)
     chosen = names.index("layer 2 / head 1")
     browser.evaluate(
@@ -309,7 +127,8 @@ def test_choosing_a_head_repaints_the_heatmap(browser, viewer_page):
         f" s.value = '{chosen}'; s.dispatchEvent(new Event('change')); }})()")
     weights = browser.evaluate(
         "Array.from(document.querySelectorAll('#example-1 td.cell')).map(c => Number(c.dataset.weight))")
-    np.testing.assert_allclose(np.reshape(weights, heads["layer 2 / head 1"].shape), heads["layer 2 / head 1"], atol=1e-4)
+    expected = heads["layer 2 / head 1"]
+    np.testing.assert_allclose(np.reshape(weights, expected.shape), expected, atol=1e-4)
     browser.hover("#example-1 td.cell[data-row='0'][data-col='0']")
     shown = browser.evaluate("document.querySelector('#example-1 .readout-weight').textContent")
     assert shown == f"{heads['layer 2 / head 1'][0, 0]:.3f}"
@@ -326,7 +145,8 @@ def test_filter_box_hides_examples_that_do_not_match(browser, viewer_page):
     browser.evaluate(
         "(() => { const f = document.getElementById('filter'); f.value = '';"
         " f.dispatchEvent(new Event('input')); })()")
-    assert browser.evaluate("Array.from(document.querySelectorAll('details.example')).filter(d => d.hidden).length") == 0
+    hidden = "Array.from(document.querySelectorAll('details.example')).filter(d => d.hidden).length"
+    assert browser.evaluate(hidden) == 0
 
 
 def test_pointing_in_a_long_example_does_not_move_the_heatmap_under_the_pointer(browser, viewer_page):

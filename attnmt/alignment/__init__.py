@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS, SCORINGS, SYMMETRIZATIONS
+from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS, SCORINGS, SYMMETRIZATIONS  # noqa: F401 (re-exported: public names of attnmt.alignment)
 
 _SUBMODULE_OF = {
     "EMBED_METHOD": "embed",

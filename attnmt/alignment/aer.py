@@ -23,8 +23,8 @@ The file formats (NAACL, Pharaoh) and their readers live in ``attnmt.data.link_f
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 

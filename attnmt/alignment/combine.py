@@ -117,9 +117,14 @@ class CombinedAligner:
         elif len(self.names) != len(self.parts):
             raise ValueError(f"CombinedAligner: {len(self.parts)} parts but {len(self.names)} names")
 
+    @property
+    def part_names(self) -> Sequence[str]:
+        """The parts' names (given, or "part 1", "part 2", ...)."""
+        return self.names if self.names is not None else [f"part {k}" for k in range(1, len(self.parts) + 1)]
+
     def describe(self) -> str:
         """One line, e.g. ``geometric mean of en→fr translator (0.25), fr→en translator (0.25), vectors (0.5)``."""
-        terms = ", ".join(f"{name} ({share:.3g})" for name, share in zip(self.names, self.shares))
+        terms = ", ".join(f"{name} ({share:.3g})" for name, share in zip(self.part_names, self.shares))
         return f"geometric mean of {terms}"
 
     def precompute(self, src_sentences, tgt_sentences, progress: bool = False) -> None:
@@ -131,7 +136,7 @@ class CombinedAligner:
     def __call__(self, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> np.ndarray:
         matrices = [np.asarray(part(src_tokens, tgt_tokens)) for part in self.parts]
         expected = (len(tgt_tokens), len(src_tokens))
-        for name, matrix in zip(self.names, matrices):
+        for name, matrix in zip(self.part_names, matrices):
             if matrix.shape != expected:
                 raise ValueError(f"CombinedAligner: {name} returned shape {matrix.shape}, expected {list(expected)}")
         return combine_weights(matrices, self.shares, self.floor)

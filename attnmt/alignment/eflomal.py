@@ -32,9 +32,9 @@ import os
 import subprocess
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from attnmt.alignment.links import Links, symmetrize
 from attnmt.data.link_files import read_pharaoh_alignments

@@ -2,7 +2,8 @@
 
 Method: *sentence co-occurrence, cosine-normalised, factorised by a truncated SVD* — a
 cross-lingual latent semantic analysis of a classic word-association score, in which a word and
-its translation, occurring in the same sentence pairs, get vectors pointing the same way. With N sentence pairs, an English vocabulary e (V_e words) and a French one f (V_f words):
+its translation, occurring in the same sentence pairs, get vectors pointing the same way. With N
+sentence pairs, an English vocabulary e (V_e words) and a French one f (V_f words):
 
 1. Incidence matrices ``X_e: [N, V_e]`` and ``X_f: [N, V_f]``, ``X[n, w] = 1`` when word w occurs
    in pair n (repeats in a sentence count once).
@@ -15,26 +16,24 @@ its translation, occurring in the same sentence pairs, get vectors pointing the 
    English vectors ``E = U_k Σ_k^p``, French vectors ``F = V_k Σ_k^p``. With ``p = ½`` the dot
    product reconstructs the association, ``E Fᵀ ≈ A``; the default ``p = 0`` (the singular
    vectors themselves, every dimension weighted alike, as Levy et al. (2015) recommend for
-   cosine similarity) aligns better: trial AER 0.187 against 0.191 for p = ¼ and 0.203 for p = ½.
+   cosine similarity) aligns better on the trial pairs than p = ¼ or p = ½.
    Singular vectors have an arbitrary sign; each column is flipped so that its largest-magnitude
    English entry is positive, which makes the output independent of the solver's sign choice.
 
-Why this association (measured on the 37 trial pairs of the HLT-NAACL 2003 Hansards gold, 220k
-training pairs, k = 300, p = ½, cosine scoring with distortion, intersected argmax): the same
-pipeline with PPMI instead of step 3 (Levy & Goldberg's recipe) gave AER 0.30, the Ochiai
-association 0.20; keeping only pairs that co-occur more often than chance, or subtracting the
-chance co-occurrence, changed nothing that mattered (0.198, 0.203). No monolingual context windows
-are added: they pull words of one topic together, which helps similarity tasks but blurs exactly
-the distinctions alignment needs (``economic`` vs ``european``). The SVD is the slow step: one to
-three minutes for 22k × 29k words and 10M non-zeros on two busy cores; a higher rank aligns better
-(k = 1000 reached trial AER 0.15 in a test with a randomized SVD) but costs several times more.
+Why this association: on the 37 trial pairs of the HLT-NAACL 2003 Hansards gold it aligns better
+than PPMI (Levy & Goldberg's recipe), and keeping only the pairs that co-occur more often than
+chance, or subtracting the chance co-occurrence, changed nothing that mattered (the figures:
+docs/alignment-history.md, "Vectors for alignment"). No monolingual context windows are added:
+they pull words of one topic together, which helps similarity tasks but blurs exactly the
+distinctions alignment needs (``economic`` vs ``european``). The SVD is the slow step; a higher
+rank aligns better but costs several times more.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sparse

@@ -30,7 +30,7 @@ Methods (:data:`LINK_METHODS`):
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment

@@ -232,7 +232,7 @@ class TranslatorAligner:
         if layer is None:
             layer = default_layer(self.layers)
         self.layer = resolve_position(layer, self.layers, "decoder layer") + 1
-        self.head = None if head is None or head == "mean" else resolve_position(head, self.heads, "head") + 1
+        self.head = None if head is None or isinstance(head, str) else resolve_position(head, self.heads, "head") + 1
         self.shift = bool(shift)
         self.guided = guided is not None
         self.renormalize = True if renormalize is None else bool(renormalize)

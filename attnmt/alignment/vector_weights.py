@@ -11,7 +11,8 @@ computed by ``attnmt.attention.reference.scaled_dot_product_attention``. The ori
 
 Two scorings (:class:`VectorScoring`):
 
-* ``seed``: the plain formula of scaled dot-product attention (Vaswani et al. 2017): raw vectors, scale = 1/√d.
+* ``scaled_dot``: the plain formula of scaled dot-product attention (Vaswani et al. 2017): raw
+  vectors, scale = 1/√d.
 * ``cosine`` (the default): vectors scaled to unit length, scale = 1/τ, plus a distortion prior.
   Raw dot products let the longest vectors (frequent words with many co-occurrences) win almost
   every row; cosines compare directions only. τ sets how peaked a row is, which matters for
@@ -28,22 +29,22 @@ Two scorings (:class:`VectorScoring`):
   and the last term, the same for the whole row j, cancels in the row's softmax.
 
 τ and κ default to :data:`DEFAULT_TEMPERATURE` and :data:`DEFAULT_DISTORTION`, chosen on the 37
-trial pairs of the HLT-NAACL 2003 English–French gold (never on its test set), see
-``benchmarks/alignment.py``.
+trial pairs of the HLT-NAACL 2003 English–French gold (never on its test set) by
+``benchmarks/alignment_vectors.py``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from attnmt.alignment.vectors import WordVectors
 from attnmt.attention.reference import scaled_dot_product_attention
 from attnmt.errors import DataError
-from attnmt.runtime.choices import SCORINGS
+from attnmt.runtime.choices import OLD_SCORINGS, SCORINGS
 
 __all__ = [
     "DEFAULT_DISTORTION",
@@ -56,8 +57,8 @@ __all__ = [
     "vector_attention",
 ]
 
-#: softmax temperature τ for cosine scores: the best for ``intersect`` on the trial set (test AER
-#: 0.190 with vectors from ``attnmt embed`` on the Hansards; see benchmarks/alignment.py)
+#: softmax temperature τ for cosine scores: the best for ``intersect`` on the trial set, with vectors
+#: from ``attnmt embed`` on the Hansards (docs/results.md, "Word alignment from word vectors")
 DEFAULT_TEMPERATURE = 0.2
 #: strength κ of the squared-distance distortion prior (tuned with τ on the trial set)
 DEFAULT_DISTORTION = 10.0
@@ -85,15 +86,17 @@ class VectorScoring:
             raise ValueError(f"VectorScoring: distortion must be >= 0, got {self.distortion}")
 
     @classmethod
-    def seed(cls) -> "VectorScoring":
+    def scaled_dot(cls) -> VectorScoring:
         """The plain formula: softmax(Q Kᵀ / √d) on raw vectors, no prior."""
         return cls(normalize="none", temperature=None, distortion=0.0)
 
     @classmethod
-    def named(cls, name: str, temperature: float | None = None, distortion: float | None = None) -> "VectorScoring":
-        """``"cosine"`` (defaults tuned on the trial set) or ``"seed"``, with optional overrides."""
-        if name == "seed":
-            base = cls.seed()
+    def named(cls, name: str, temperature: float | None = None, distortion: float | None = None) -> VectorScoring:
+        """``"cosine"`` (defaults tuned on the trial set) or ``"scaled_dot"``, with optional overrides
+        (``"seed"``, its name before 0.2.0, is read as ``"scaled_dot"`` until 0.3)."""
+        name = OLD_SCORINGS.get(name, name)
+        if name == "scaled_dot":
+            base = cls.scaled_dot()
         elif name == "cosine":
             base = cls()
         else:

@@ -21,9 +21,10 @@ import json
 import pickle
 import warnings
 import zipfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -72,8 +73,8 @@ class WordVectors:
         self.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         self.index = {word: row for row, word in enumerate(self.words)}
         if len(self.index) != len(self.words):
-            seen: set[str] = set()
-            duplicate = next(word for word in self.words if word in seen or seen.add(word))
+            counts = Counter(self.words)
+            duplicate = next(word for word in self.words if counts[word] > 1)
             raise ValueError(f"WordVectors: the word {duplicate!r} appears more than once")
 
     @property
@@ -293,19 +294,17 @@ def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:
 
     ``paths`` is one path (fastText text) or two paths in any order, one ending in ``.npz``.
     """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    paths = [Path(path) for path in paths]
-    if len(paths) == 1:
-        return load_vec(paths[0])
-    if len(paths) == 2:
-        npz = [path for path in paths if path.suffix == ".npz"]
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(path) for path in paths]
+    if len(files) == 1:
+        return load_vec(files[0])
+    if len(files) == 2:
+        npz = [path for path in files if path.suffix == ".npz"]
         if len(npz) == 1:
-            other = paths[1] if paths[0] is npz[0] else paths[0]
+            other = files[1] if files[0] is npz[0] else files[0]
             return load_seed_vectors(other, npz[0])
     raise DataError(
         "word vectors are one fastText .vec file, or a pickled word->index dict plus an .npz with "
-        f"'embeddings'; got {', '.join(map(str, paths))}"
+        f"'embeddings'; got {', '.join(map(str, files))}"
     )
 
 

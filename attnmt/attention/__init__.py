@@ -1,11 +1,12 @@
-"""attnmt.attention: every attention mechanism of the seeds behind one interface.
+"""attnmt.attention: every attention mechanism behind one interface.
 
 - ``reference``: float64 NumPy reference implementations (the ground truth of the tests).
 - ``functional``: the torch core, ``scaled_dot_product_attention`` and the masks.
 - ``mechanisms``: single-query mechanisms for recurrent decoders and the registry of names.
 - ``multihead``: ``MultiHeadAttention`` (also importable from here).
 
-Masks are boolean with True = may attend; shapes are batch-first.
+Masks are boolean with True = may attend; shapes are batch-first. What one head can compute is
+demonstrated beside this package, in ``attnmt.explore``.
 """
 
 from attnmt.attention.functional import (
@@ -14,24 +15,16 @@ from attnmt.attention.functional import (
     padding_mask,
     scaled_dot_product_attention,
 )
-
-__all__ = [
-    "causal_mask",
-    "masked_softmax",
-    "padding_mask",
-    "scaled_dot_product_attention",
-]
-
-from attnmt.attention.mechanisms import (  # noqa: E402
+from attnmt.attention.mechanisms import (
     ATTENTION_TYPES,
     Attention,
     PreparedKeys,
     build_attention,
     canonical_name,
 )
+from attnmt.attention.multihead import MultiHeadAttention
 
-__all__ += ["ATTENTION_TYPES", "Attention", "PreparedKeys", "build_attention", "canonical_name"]
-
-from attnmt.attention.multihead import MultiHeadAttention  # noqa: E402
-
-__all__ += ["MultiHeadAttention"]
+__all__ = [
+    "ATTENTION_TYPES", "Attention", "MultiHeadAttention", "PreparedKeys", "build_attention", "canonical_name",
+    "causal_mask", "masked_softmax", "padding_mask", "scaled_dot_product_attention",
+]

@@ -60,8 +60,8 @@ def causal_mask(length: int, device: torch.device | str | None = None) -> torch.
 def _broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     """The broadcast of ``shapes`` (NumPy/torch rules), or None when they do not broadcast.
 
-    Plain Python on purpose: ``torch.broadcast_shapes`` costs about 10 µs a call, as much as a
-    whole attention over a small batch, and this runs on every call.
+    Plain Python on purpose: ``torch.broadcast_shapes`` costs as much as a whole attention over a
+    small batch, and this runs on every call.
     """
     ndim = max(len(shape) for shape in shapes)
     result = [1] * ndim
@@ -110,8 +110,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
 
 
 # torch's CPU softmax kernel is slow on rows shorter than its vector width: for rows of 5 to 15
-# float32 values it took 4-5x as long as the four plain tensor operations below (torch 2.13,
-# AVX-512). Short rows are common here: sentences of a dozen tokens, decoders asking one query
+# float32 values it took several times as long as the four plain tensor operations below
+# (benchmarks/attention.py). Short rows are common here: sentences of a dozen tokens, decoders asking one query
 # at a time. Used without autograd only (decoding, evaluation); under autograd the four-op
 # version's backward costs more than its forward saves.
 _SHORT_ROW = 16

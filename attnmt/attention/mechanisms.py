@@ -28,8 +28,8 @@ zero weights and a zero context.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -68,7 +68,7 @@ class PreparedKeys:
     mask: torch.Tensor
     lengths: torch.Tensor
 
-    def index_select(self, index: torch.Tensor) -> "PreparedKeys":
+    def index_select(self, index: torch.Tensor) -> PreparedKeys:
         """Rows ``index`` of every field (beam search expands and reorders sentences with it)."""
         return replace(self, **{f.name: getattr(self, f.name).index_select(0, index) for f in fields(self)})
 
@@ -357,7 +357,8 @@ class MultiHeadSingleQueryAttention(Attention):
         v_{i,s} = W_i^V h̄_s,   context = W^O [head_1; …; head_h]
 
     d_h = model_dim / h with ``model_dim`` (default query_dim) divisible by ``num_heads`` (default 4).
-    The context has output_dim = value_dim; it is 0 for a row with nothing to attend to. ``weights`` are averaged over heads;
+    The context has output_dim = value_dim; it is 0 for a row with nothing to attend to.
+    ``weights`` are averaged over heads;
     ``attend_heads`` returns them per head, [B, h, S] or [B, h, T, S].
     """
 

@@ -272,7 +272,7 @@ class MultiHeadAttention(nn.Module):
         return output, weights
 
     @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """A MultiHeadAttention with the weights of ``module`` (a ``torch.nn.MultiheadAttention``).
 
         Both of torch's layouts are read (packed ``in_proj_weight`` or separate

@@ -133,7 +133,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, scale: float | None = No
 
 
 def general_attention(words, W_q, W_k, W_v, mask=None):
-    """The general attention mechanism on word vectors (Luong et al. 2015's general score), with scaled dot-product scoring.
+    """The general attention mechanism on word vectors (Luong et al. 2015's general score), with
+    scaled dot-product scoring.
 
         Q = words W_q,   K = words W_k,   V = words W_v,   output = softmax(Q Kᵀ / √d_k) V
 

@@ -7,7 +7,8 @@ attention over the source, merged from subword pieces to words (EOS dropped), gi
 For a Transformer --layer and --head choose the cross-attention (numbers from 1, -1 = last; default:
 the mean over the heads of the penultimate layer). A run trained with guided alignment
 (data.train_links) is read by default with the layer, head and step its attention was trained to
-align with; --layer, --head (or --head mean) and --shift/--no-shift override that. The direction comes from --src-lang (default:
+align with; --layer, --head (or --head mean) and --shift/--no-shift override that. The direction
+comes from --src-lang (default:
 the --src file's suffix when it names one of the run's languages, else the run's source language):
 a run trained the other way round is used with the pair swapped and its weights transposed.
 Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/or --model with
@@ -15,7 +16,8 @@ Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/o
 attention gets --vector-weight, the translators share the rest equally.
 The weights become links by --method, or with --threshold T every pair whose weight reaches T
 (with two translators of opposite directions: alignment by agreement); with --gold the links are
-scored: alignment error rate, precision, recall and F1 (Och & Ney, 2003). Line i of --src and --tgt form pair i, split on spaces;
+scored: alignment error rate, precision, recall and F1 (Och & Ney, 2003). Line i of --src and
+--tgt form pair i, split on spaces;
 words are lower-cased for vectors and kept as they are for a translator.
 With --eflomal the links come from eflomal instead (pip install 'attnmt[align]'), a statistical
 aligner run in both directions over the whole files; --method then picks one direction (tgt2src,
@@ -99,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instead of --method: link every pair whose weight reaches T, in (0, 1]; with two "
                         "translators of opposite directions that is sqrt(p(src | tgt) p(tgt | src)) >= T")
     add_scoring_arguments(parser)
-    translator = parser.add_argument_group("translator attention (with --model; --layer, --head and --shift also with --hf)")
+    translator = parser.add_argument_group(
+        "translator attention (with --model; --layer, --head and --shift also with --hf)")
     translator.add_argument("--checkpoint", default=None, help="best (default) or last, or a file in the run")
     translator.add_argument("--layer", type=int, default=None,
                             help="decoder layer, from 1 (-1 = last; default: the penultimate, the only one "
@@ -210,8 +213,8 @@ def _file_language(path: str, languages: tuple[str, str]) -> str | None:
 
 def _translator_aligner(args: argparse.Namespace, run: str):
     from attnmt.alignment.translator_attention import DEFAULT_MAX_TOKENS, TranslatorAligner
-    from attnmt.errors import ConfigError
     from attnmt.decoding.translator import Translator
+    from attnmt.errors import ConfigError
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be an integer >= 1, got {args.max_tokens}")
@@ -386,7 +389,8 @@ def run(args: argparse.Namespace) -> int:
                                   progress=True)
     write_pharaoh(out, alignments, overwrite=True, possible=possible)
     how = args.method if args.threshold is None else f"threshold {args.threshold:g}"
-    extra = f" and {sum(map(len, possible))} possible links ({args.possible})" if args.possible else ""
+    extra = f" and {sum(len(links) for links in possible or [])} possible links ({args.possible})" \
+        if args.possible else ""
     print(f"aligned {len(alignments)} pairs with {how}: {sum(map(len, alignments))} links{extra}; wrote {out}")
     if gold is not None:
         scores = alignment_error_rate(alignments, gold.sure, gold.possible)

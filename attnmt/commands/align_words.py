@@ -3,7 +3,7 @@
 Each target word attends over the source words: weights = softmax(Q K^T * scale), with the target
 words' vectors as queries Q and the source words' vectors as keys K. The default scoring uses
 unit-length vectors, a temperature and a preference for links near the diagonal (tuned on the
-HLT-NAACL 2003 trial set); --scoring seed is the plain formula softmax(Q K^T / sqrt(d)).
+HLT-NAACL 2003 trial set); --scoring scaled_dot is the plain formula softmax(Q K^T / sqrt(d)).
 Prints the weight matrix shape, the links as word pairs and the unknown words (they get a zero
 vector); --plot writes the heatmap.
 Example: attnmt align-words --src-vectors vec/en.vec --tgt-vectors vec/fr.vec
@@ -14,26 +14,31 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.runtime.choices import LINK_METHODS, SCORINGS
+from attnmt.runtime.choices import LINK_METHODS, OLD_SCORINGS, SCORINGS
 
 
 def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of vector attention, shared with ``attnmt align``."""
-    parser.add_argument("--scoring", choices=SCORINGS, default="cosine",
+    parser.add_argument("--scoring", choices=(*SCORINGS, *OLD_SCORINGS), default="cosine", metavar="SCORING",
                         help="cosine: unit vectors, temperature and distortion prior (default); "
-                        "seed: raw dot products / sqrt(d), no prior")
+                        "scaled_dot: raw dot products / sqrt(d), no prior (called seed before 0.2.0)")
     parser.add_argument("--temperature", type=float, default=None,
-                        help="divide scores by this (default: the tuned value for cosine, sqrt(d) for seed)")
+                        help="divide scores by this (default: the tuned value for cosine, sqrt(d) for scaled_dot)")
     parser.add_argument("--distortion", type=float, default=None,
                         help="strength of the prior -k (t_j - s_i)^2 on relative positions "
-                        "(default: the tuned value for cosine, 0 for seed)")
+                        "(default: the tuned value for cosine, 0 for scaled_dot)")
 
 
 def scoring_from_arguments(args: argparse.Namespace):
     """The VectorScoring the options ask for (ConfigError for out-of-range values)."""
+    import warnings
+
     from attnmt.alignment.vector_weights import VectorScoring
     from attnmt.errors import ConfigError
 
+    if args.scoring in OLD_SCORINGS:
+        warnings.warn(f"--scoring {args.scoring} is called --scoring {OLD_SCORINGS[args.scoring]} since attnmt 0.2.0; "
+                      "the old name is read until 0.3", FutureWarning, stacklevel=2)
     try:
         return VectorScoring.named(args.scoring, args.temperature, args.distortion)
     except ValueError as error:

@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, metavar="N", help="step limit of each run")
     parser.add_argument("--split", default="test", help="test split (default: the first test set, "
                                                         "test_2016_flickr for Multi30k)")
-    parser.add_argument("--beam", type=int, default=1, metavar="K", help="beam size of the evaluation (default 1 = greedy)")
+    parser.add_argument("--beam", type=int, default=1, metavar="K",
+                        help="beam size of the evaluation (default 1 = greedy)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="the config's training.device")

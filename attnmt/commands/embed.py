@@ -3,7 +3,8 @@
 Counts how often each source word and each target word occur in the same sentence pair,
 normalises the counts to C[e,f]/sqrt(n_e n_f) (the cosine between the words' sentence-occurrence
 vectors) and factorises that matrix with a truncated SVD A = U S V^T: source vectors U S^p, target
-vectors V S^p (p = 0 by default; p = 0.5 makes their dot products reconstruct A). Sentences are lower-cased and split on spaces. Writes OUT/<src-lang>.vec and
+vectors V S^p (p = 0 by default; p = 0.5 makes their dot products reconstruct A). Sentences are
+lower-cased and split on spaces. Writes OUT/<src-lang>.vec and
 OUT/<tgt-lang>.vec (fastText text format) and OUT/vectors.json (method and parameters).
 Example: attnmt embed --src train.en.gz --tgt train.fr.gz --out vectors/hansards
 """

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test",
                         help="split to score: a Multi30k split name (test_2016_flickr, val, ...), or a name "
                              "from the config's data.test section; 'test' = the first test set (default)")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint (default best)")
+    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                        help="which checkpoint (default best)")
     parser.add_argument("--beam", type=int, nargs="+", default=None, metavar="K",
                         help="beam size (default: the run's search.beam, 1 = greedy); several sizes give "
                              "the beam-size table")
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.examples < 0:
         raise ConfigError(f"-n must be >= 0, got {args.examples}")
     if len(beams) > 1:
-        return _beam_table(args, beams)
+        return _beam_table(args, [beam for beam in beams if beam is not None])
     return _single(args, beams[0])
 
 

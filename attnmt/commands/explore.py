@@ -7,7 +7,9 @@ drawn from them; --plot DIR also writes DIR/copy.png, average.png, noisy.png and
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 DEMOS = ("copy", "average", "noisy", "multihead")
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     sizes = dict(num_keys=args.keys, dim=args.dim, seed=args.seed)
     noisy_sizes = dict(sizes, samples=args.samples)
-    runners = {
+    runners: dict[str, tuple[Callable[[], Any], Callable[[Any, Path], Any]]] = {
         "copy": (lambda: explore.copy_demo(**sizes), explore.plot_copy),
         "average": (lambda: explore.average_demo(**sizes), explore.plot_average),
         "noisy": (lambda: explore.noisy_demo(**noisy_sizes), explore.plot_noisy),

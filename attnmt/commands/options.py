@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, Protocol
 
 from attnmt.runtime.choices import DEVICES_HELP, PRECISIONS
 
 
-def add_device_option(parser: argparse.ArgumentParser, default_from: str = "the run's search.device") -> None:
+class Options(Protocol):
+    """A parser, or a group of its options: what takes ``add_argument``."""
+
+    def add_argument(self, *names: str, **options: Any) -> Any: ...
+
+
+def add_device_option(parser: Options, default_from: str = "the run's search.device") -> None:
     parser.add_argument("--device", default=None, metavar="DEVICE",
                         help=f"where to run: {DEVICES_HELP}; default: {default_from}, else auto")
 
 
-def add_precision_option(parser: argparse.ArgumentParser) -> None:
+def add_precision_option(parser: Options) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="bf16 or fp16: the search's matrix products in 16 bits (bf16 is faster on CPUs "
                              "with AVX512-BF16, both on GPUs; outputs can differ from fp32); default: the "
                              "run's search.precision, else fp32")
 
 
-def add_hf_option(parser: argparse.ArgumentParser, action: str = "store") -> None:
+def add_hf_option(parser: Options, action: str = "store") -> None:
     parser.add_argument("--hf", metavar="MODEL", default=None, action=action,
                         help="a Hugging Face encoder-decoder translation model instead of a run: a local folder, "
                              "or a hub name such as Helsinki-NLP/opus-mt-en-fr (needs pip install 'attnmt[hf]')"

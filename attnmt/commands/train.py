@@ -45,9 +45,9 @@ def _default_out(config, config_path: Path | None) -> Path:
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from attnmt.runs.run_config import RunConfig, apply_overrides, load_config
     from attnmt.errors import ConfigError
     from attnmt.runs.folder import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
+    from attnmt.runs.run_config import RunConfig, apply_overrides, load_config
     from attnmt.training import train
 
     overrides = {

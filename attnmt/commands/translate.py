@@ -31,8 +31,10 @@ STDIN_CHUNK = 512  # lines translated at once from standard input
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", nargs="?", metavar="RUN", help="run folder (or a checkpoint file); not with --hf")
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
-    parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default: the run's search.beam, 1 = greedy)")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint (default best)")
+    parser.add_argument("--beam", type=int, default=None, metavar="K",
+                        help="beam size (default: the run's search.beam, 1 = greedy)")
+    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                        help="which checkpoint (default best)")
     parser.add_argument("--plot", type=Path, metavar="FILE",
                         help="write the attention heatmap of each sentence (.png/.svg/.pdf); with several "
                              "sentences FILE gets -1, -2, ... before its suffix")
@@ -55,8 +57,7 @@ def _plot_paths(path: Path, count: int) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.errors import ConfigError
-    from attnmt.visual.export import attention_records, check_attention_path, save_attention
-    from attnmt.visual.heatmap import plot_attention
+    from attnmt.visual.export import check_attention_path
 
     if args.hf is not None and args.run_dir is not None:  # no RUN with --hf: the first word is a sentence
         args.sentences.insert(0, args.run_dir)
@@ -73,24 +74,40 @@ def run(args: argparse.Namespace) -> int:
         check_attention_path(args.attention_out, args.overwrite)
     translator = load_translator(args)
     say("translate", translator.describe())
-    records = []  # for --attention-out
-
     if args.sentences:
-        translations = translator.translate(
-            args.sentences, beam=args.beam, batch_size=args.batch_size, return_attention=bool(plot_paths)
+        return _translate_arguments(args, translator, plot_paths)
+    return _translate_stdin(args, translator)
+
+
+def _translate_arguments(args: argparse.Namespace, translator, plot_paths: list[Path]) -> int:
+    """The sentences given as arguments: a translation a line, heatmaps, the attention file."""
+    from attnmt.visual.export import attention_records, save_attention
+    from attnmt.visual.heatmap import plot_attention
+
+    translations = translator.translate(
+        args.sentences, beam=args.beam, batch_size=args.batch_size, return_attention=bool(plot_paths)
+    )
+    for translation in translations:
+        print(translation.output)
+    if args.attention_out is not None:
+        save_attention(attention_records(translator, translations), args.attention_out)
+        print(f"wrote {args.attention_out}", file=sys.stderr)
+    for translation, path in zip(translations, plot_paths):
+        plot_attention(
+            translation.attention, translation.src_pieces, translation.out_pieces, path,
+            title=translation.output, merge_pieces=not args.no_merge_pieces,
         )
-        for translation in translations:
-            print(translation.output)
-        if args.attention_out is not None:
-            save_attention(attention_records(translator, translations), args.attention_out)
-            print(f"wrote {args.attention_out}", file=sys.stderr)
-        for translation, path in zip(translations, plot_paths):
-            plot_attention(
-                translation.attention, translation.src_pieces, translation.out_pieces, path,
-                title=translation.output, merge_pieces=not args.no_merge_pieces,
-            )
-            print(f"wrote {path}", file=sys.stderr)
-        return 0
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _translate_stdin(args: argparse.Namespace, translator) -> int:
+    """Standard input, a sentence a line, in chunks: a translation a line on standard output (an
+    empty or bad line gives an empty one), and the attention file at the end. Exit status 2 when a
+    line could not be translated."""
+    from attnmt.visual.export import attention_records, save_attention
+
+    records = []  # for --attention-out
 
     def flush(lines: list[str | None], first: int) -> None:
         """Translate a chunk of lines (the first is input line ``first``, 0-based); a None line

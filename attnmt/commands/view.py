@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the first N sentences of the split (default 50)")
     parser.add_argument("--beam", type=int, default=None, metavar="K",
                         help="beam size (default: the run's search.beam, 1 = greedy)")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint (default best)")
+    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
+                        help="which checkpoint (default best)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="the HTML file (default RUN/view-<split>.html)")
     parser.add_argument("--overwrite", action="store_true", help="replace the HTML file if it exists")
     parser.add_argument("--pieces", action="store_true", help="show subword pieces instead of words")
@@ -47,11 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.data import load_split
-    from attnmt.errors import ConfigError
-    from attnmt.visual.viewer import write_attention_viewer
-    from attnmt.runs.folder import checkpoint_path
     from attnmt.decoding.translator import Translator
+    from attnmt.errors import ConfigError
+    from attnmt.runs.folder import checkpoint_path
     from attnmt.visual.examples import view_examples
+    from attnmt.visual.viewer import write_attention_viewer
 
     if args.beam is not None and args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.load(path, device=args.device)
     say("view", translator.describe())
     config = translator.run_config
+    assert config is not None  # loaded from a run
     split, corpus = config.data.canonical_split(args.split), load_split(config.data, args.split)
     beam = translator.search_config.beam if args.beam is None else args.beam
     out = args.out or run_dir / f"view-{split}.html"
@@ -91,8 +93,8 @@ def _view_hf(args: argparse.Namespace) -> int:
     """``view --hf MODEL --src FILE [--ref FILE]``: the first N lines of FILE."""
     from attnmt.data.corpus import read_lines
     from attnmt.errors import ConfigError, DataError
-    from attnmt.visual.viewer import write_attention_viewer
     from attnmt.visual.examples import view_examples
+    from attnmt.visual.viewer import write_attention_viewer
 
     if args.run_dir is not None:
         raise ConfigError("give a RUN folder or --hf MODEL, not both")

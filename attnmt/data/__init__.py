@@ -13,14 +13,14 @@ from attnmt.data.batching import (
     TokenBatchSampler,
     batch_indices,
     batches_for_inference,
-    longest_first,
     collate,
+    longest_first,
     make_batches,
     restore_order,
     shard,
 )
-from attnmt.data.data_config import DataConfig, load_split
 from attnmt.data.corpus import ParallelCorpus, read_lines, read_parallel
+from attnmt.data.data_config import DataConfig, load_split
 from attnmt.data.multi30k import LANGUAGES as MULTI30K_LANGUAGES
 from attnmt.data.multi30k import SPLITS as MULTI30K_SPLITS
 from attnmt.data.multi30k import load_multi30k, multi30k_path

@@ -20,9 +20,9 @@ from __future__ import annotations
 import gzip
 import logging
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from attnmt.errors import DataError
 

@@ -79,7 +79,7 @@ class DataConfig:
         return [f.name for f in fields(cls) if f.name != "base_dir"]
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, base_dir: str | Path | None = None) -> "DataConfig":
+    def from_dict(cls, data: Mapping[str, Any] | None, base_dir: str | Path | None = None) -> DataConfig:
         """Build from the ``data:`` mapping of a YAML config; ConfigError names any bad key or value.
 
         base_dir: the folder relative paths are resolved against (the config file's folder).

@@ -132,7 +132,8 @@ def read_naacl_alignments(
         try:
             sentence, i, j = (int(value) for value in fields[:3])
         except ValueError:
-            raise DataError(f"{path}:{line_number}: sentence and positions must be integers, got {line.strip()!r}") from None
+            raise DataError(f"{path}:{line_number}: sentence and positions must be integers, "
+                            f"got {line.strip()!r}") from None
         label = fields[3].upper() if len(fields) > 3 else "S"
         if label not in ("S", "P"):
             raise DataError(f"{path}:{line_number}: the label must be S (sure) or P (possible), got {fields[3]!r}")
@@ -150,7 +151,7 @@ def read_naacl_alignments(
             continue  # a link to NULL: the word is unaligned, which AER does not score
         (sure if is_sure else possible)[sentence - 1].add((i - 1, j - 1))
     gold = GoldAlignment(sure, possible)
-    if src_lengths is not None:
+    if src_lengths is not None and tgt_lengths is not None:
         check_link_range(gold.possible, src_lengths, tgt_lengths, where=str(path), one_based=True)
     return gold
 
@@ -192,7 +193,7 @@ def read_pharaoh_alignments(
         sure.append(sure_links)
         possible.append(possible_links)
     gold = GoldAlignment(sure, possible)
-    if src_lengths is not None:
+    if src_lengths is not None and tgt_lengths is not None:
         check_link_range(gold.possible, src_lengths, tgt_lengths, where=str(path), one_based=one_based)
     return gold
 
@@ -312,7 +313,7 @@ class AlignmentGuide:
         tokenizers,
         shift: bool = False,
         unaligned: str = "ignore",
-    ) -> tuple["AlignmentGuide", GuideReport]:
+    ) -> tuple[AlignmentGuide, GuideReport]:
         """Read ``links_path`` (one line per line of the training files) for the pairs of
         ``encoded`` (an EncodedCorpus of ``corpus``, a ParallelCorpus that knows each pair's line).
         ``unaligned``: "ignore" or "eos", what becomes of a target word without any link (module doc).
@@ -320,7 +321,8 @@ class AlignmentGuide:
         DataError names the file (and line) when it has too few lines or a link outside its pair.
         """
         if unaligned not in GUIDE_UNALIGNED:
-            raise ValueError(f"AlignmentGuide.from_links: unaligned must be one of {GUIDE_UNALIGNED}, got {unaligned!r}")
+            raise ValueError(f"AlignmentGuide.from_links: unaligned must be one of {GUIDE_UNALIGNED}, "
+                             f"got {unaligned!r}")
         links_path = check_links_file(links_path)
         lines = [corpus.line_numbers[k] for k in encoded.indices]
         gold = read_pharaoh_alignments(links_path)
@@ -354,7 +356,8 @@ class AlignmentGuide:
             else:
                 sure = gold.sure[line - 1]
                 aligned = {j for _, j in links}
-                unaligned_words = [j for j in range(len(tgt_words[k])) if j not in aligned] if unaligned == "eos" else []
+                unaligned_words = ([j for j in range(len(tgt_words[k])) if j not in aligned]
+                                   if unaligned == "eos" else [])
                 used += len(sure)
                 to_eos += len(unaligned_words)
                 entries.append(piece_targets(sure, src_spans, tgt_spans, unaligned_words))

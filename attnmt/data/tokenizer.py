@@ -26,9 +26,9 @@ from pathlib import Path
 import sentencepiece as spm
 
 from attnmt.data.corpus import ParallelCorpus
+from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 from attnmt.errors import DataError
 from attnmt.runtime.atomic_files import write_bytes_atomic
-from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class Tokenizer:
         return _save_model(Path(directory) / f"{self.name}.model", self._proto, overwrite)
 
     @classmethod
-    def load(cls, path: str | Path, name: str | None = None) -> "Tokenizer":
+    def load(cls, path: str | Path, name: str | None = None) -> Tokenizer:
         """Load a ``.model`` file, or ``<path>/<name>.model`` when ``path`` is a folder."""
         path = Path(path)
         if path.is_dir():
@@ -353,7 +353,7 @@ class Tokenizers:
         return paths
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "Tokenizers":
+    def load(cls, run_dir: str | Path) -> Tokenizers:
         """Read what ``save`` wrote, checking the model files against the recorded sums."""
         run_dir = Path(run_dir)
         manifest_path = run_dir / TOKENIZERS_JSON
@@ -398,7 +398,7 @@ class Tokenizers:
         }
 
     @classmethod
-    def from_state_dict(cls, state: Mapping) -> "Tokenizers":
+    def from_state_dict(cls, state: Mapping) -> Tokenizers:
         """Inverse of ``state_dict``."""
         try:
             src = Tokenizer(state["src_model"], name="spm.src", source="checkpoint tokenizer (src)")
@@ -429,19 +429,17 @@ def train_tokenizers(
     vocab_size is the size of the joint vocabulary, or of each side's when not ``joint``.
     With ``run_dir``, the result is also saved there (see ``Tokenizers.save``).
     """
-    options = dict(
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=character_coverage,
-        input_sentence_size=input_sentence_size,
-        seed=seed,
-    )
+    def train(texts: Sequence[str], name: str) -> Tokenizer:
+        return train_tokenizer(texts, vocab_size=vocab_size, name=name, model_type=model_type,
+                               character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+                               seed=seed)
+
     if joint:
-        shared = train_tokenizer(list(src_texts) + list(tgt_texts), name="spm.joint", **options)
+        shared = train(list(src_texts) + list(tgt_texts), "spm.joint")
         tokenizers = Tokenizers(shared, shared, True, src_lang, tgt_lang)
     else:
-        src = train_tokenizer(src_texts, name="spm.src", **options)
-        tgt = train_tokenizer(tgt_texts, name="spm.tgt", **options)
+        src = train(src_texts, "spm.src")
+        tgt = train(tgt_texts, "spm.tgt")
         tokenizers = Tokenizers(src, tgt, False, src_lang, tgt_lang)
     if run_dir is not None:
         tokenizers.save(run_dir)

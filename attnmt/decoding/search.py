@@ -183,15 +183,15 @@ def greedy_search(
             if bool(finished.all()):
                 break
             prev = best
-        tokens = torch.stack(tokens, dim=1).tolist()
-        attention = torch.stack(attention, dim=1) if return_attention else None
+        rows = torch.stack(tokens, dim=1).tolist()
+        weights_of = torch.stack(attention, dim=1) if return_attention else None
         hypotheses = []
         for b in range(batch):
-            length = tokens[b].index(EOS_ID)
+            length = rows[b].index(EOS_ID)
             hypotheses.append(
                 _hypothesis(
-                    tokens[b][:length], scores[b], alpha,
-                    attention[b, : length + 1] if return_attention else None, int(src_lengths[b]),
+                    rows[b][:length], scores[b], alpha,
+                    weights_of[b, : length + 1] if weights_of is not None else None, int(src_lengths[b]),
                 )
             )
     return hypotheses

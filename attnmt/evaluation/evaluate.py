@@ -89,14 +89,17 @@ def _check_beam(beam: Any, what: str = "beam") -> None:
         raise ConfigError(f"{what} must be an integer >= 1, got {beam!r}")
 
 
-def _open_run(run, checkpoint, split, precision, device, on_load) -> tuple[Path, Translator, str, ParallelCorpus]:
-    """The checkpoint file, its Translator (shown to ``on_load``), the split's name and its corpus."""
+def _open_run(run, checkpoint, split, precision, device, on_load) -> tuple[Path, Translator, str, ParallelCorpus,
+                                                                          int]:
+    """The checkpoint file, its Translator (shown to ``on_load``), the split's name, its corpus and
+    the run's ``data.max_tokens``."""
     path = checkpoint_path(run, checkpoint)
     translator = Translator.load(path, precision=precision, device=device)
     if on_load is not None:
         on_load(translator)
+    assert translator.run_config is not None  # loaded from a run
     data = translator.run_config.data
-    return path, translator, data.canonical_split(split), load_split(data, split)
+    return path, translator, data.canonical_split(split), load_split(data, split), data.max_tokens
 
 
 @dataclass
@@ -127,12 +130,12 @@ def evaluate_run(
     ``on_load`` sees the translator once it is loaded (the CLI says where it runs)."""
     if beam is not None:
         _check_beam(beam)
-    path, translator, name, corpus = _open_run(run, checkpoint, split, precision, device, on_load)
+    path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load)
     run_dir = path.parent
     beam = translator.search_config.beam if beam is None else beam
     result = evaluate_corpus(
         translator, corpus, split=name, beam=beam, batch_size=batch_size,
-        max_tokens=translator.run_config.data.max_tokens, return_attention=return_attention, progress=progress,
+        max_tokens=max_tokens, return_attention=return_attention, progress=progress,
     )
     hyps_file = write_text_atomic(hyps_path(run_dir, name, beam, translator.precision),
                                   "".join(h + "\n" for h in result.hypotheses))
@@ -233,9 +236,9 @@ def evaluate_beam_sizes(
 ) -> BeamEvaluation:
     """Perplexity once, then BLEU, chrF, lengths and decoding time per beam size; writes the hyps
     of every beam size and the table as ``beam-<split>.json`` and ``.md``."""
-    path, translator, name, corpus = _open_run(run, checkpoint, split, precision, device, on_load)
+    path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load)
     run_dir = path.parent
-    ppl = corpus_perplexity(translator, corpus, translator.run_config.data.max_tokens)
+    ppl = corpus_perplexity(translator, corpus, max_tokens)
     results = compare_beam_sizes(translator, corpus, beams, batch_size=batch_size, progress=progress)
     for result in results:
         write_text_atomic(hyps_path(run_dir, name, result.beam, translator.precision),

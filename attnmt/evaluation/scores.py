@@ -115,11 +115,11 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool =
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
     """BLEU (cased), chrF and lower-cased BLEU of detokenized hypotheses against raw references."""
     _check_pairs(hypotheses, references)
-    hypotheses, references = list(hypotheses), [list(references)]
+    outputs, reference_sets = list(hypotheses), [list(references)]
     cased, chrf, lower = BLEU(), CHRF(), BLEU(lowercase=True)
-    cased_result = cased.corpus_score(hypotheses, references)
-    chrf_result = chrf.corpus_score(hypotheses, references)
-    lower_result = lower.corpus_score(hypotheses, references)
+    cased_result = cased.corpus_score(outputs, reference_sets)
+    chrf_result = chrf.corpus_score(outputs, reference_sets)
+    lower_result = lower.corpus_score(outputs, reference_sets)
     return Scores(
         bleu=float(cased_result.score),
         bleu_signature=str(cased.get_signature()),

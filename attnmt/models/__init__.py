@@ -25,26 +25,30 @@ Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from attnmt.errors import ConfigError
+from attnmt.models import rnn, transformer
 from attnmt.models.common import check_target_mask, count_parameters, log_probabilities
 from attnmt.models.readout import ForcedReading, SpecialIds, force_decode
 from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
 from attnmt.models.transformer import Transformer, TransformerConfig
 
 __all__ = [
-    "MODEL_TYPES", "ForcedReading", "ModelConfig", "RNNConfig", "SpecialIds", "TransformerConfig", "build_model",
-    "check_target_mask", "count_parameters", "force_decode", "log_probabilities", "model_config",
+    "MODEL_TYPES", "RENAMED_MODEL_KEYS", "ForcedReading", "ModelConfig", "RNNConfig", "SpecialIds",
+    "TransformerConfig", "build_model", "check_target_mask", "count_parameters", "force_decode", "log_probabilities",
+    "model_config",
 ]
 
-ModelConfig = Union[RNNConfig, TransformerConfig]
+ModelConfig = RNNConfig | TransformerConfig
 
 #: model type (the ``type`` key of a model config) -> (its config class, its module class)
-MODEL_TYPES: dict[str, tuple[type, type]] = {
+MODEL_TYPES: dict[str, tuple[Any, type]] = {
     "rnn": (RNNConfig, RNNSeq2Seq),
     "transformer": (TransformerConfig, Transformer),
 }
+#: model type -> its options named otherwise before 0.2.0 (old name -> name now; read until 0.3)
+RENAMED_MODEL_KEYS: dict[str, dict[str, str]] = {"rnn": rnn.RENAMED_KEYS, "transformer": transformer.RENAMED_KEYS}
 
 
 def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:

@@ -110,16 +110,16 @@ def force_decode(
             with torch.inference_mode():
                 logits, weights = model(src.to(device), src_mask.to(device), tgt_in.to(device),
                                         return_attention="heads")
-                weights = weights.float().cpu().numpy()  # [B, L, h, T, S]
+                every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]
                 scores = None
                 if log_probs:
                     targets = _padded([outputs[k] for k in batch], tgt_in.shape[1], specials.pad).to(device)
-                    scores = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
-                    scores = scores.squeeze(-1).cpu().numpy()  # [B, T]
+                    gathered = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
+                    scores = gathered.squeeze(-1).cpu().numpy()  # [B, T]
             for row, k in enumerate(batch):
                 length, source_length = len(outputs[k]), len(sources[k])
                 yield k, ForcedReading(
-                    weights=np.ascontiguousarray(weights[row, :, :, :length, :source_length]),
+                    weights=np.ascontiguousarray(every_head[row, :, :, :length, :source_length]),
                     log_probs=None if scores is None else scores[row, :length].copy(),
                 )
             if bar is not None:

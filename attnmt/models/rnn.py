@@ -47,7 +47,7 @@ is an input of the recurrence::
   The last two are step loops in training (the context or h̃ of step i feeds step i+1); the keys
   are prepared once per batch and each step only scores its query. With
   ``output_embedding: true`` every flow also gives b_i to the output layer (Bahdanau's deep
-  output, without the maxout). With ``tie_embeddings: true`` the output weights are the target
+  output, without the maxout). With ``tie_output: true`` the output weights are the target
   embeddings, logits = W_d (W_p x) + b with a projection W_p to E when x is not E-sized.
 
 Dropout (``dropout``) is applied to the embeddings, to the output layer's input and between
@@ -65,10 +65,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention.functional import padding_mask
-from attnmt.attention.mechanisms import PreparedKeys, build_attention, canonical_name
-from attnmt.errors import ConfigError
-from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.attention.mechanisms import Attention, PreparedKeys, build_attention, canonical_name
 from attnmt.data.special_tokens import PAD_ID
+from attnmt.errors import ConfigError
+from attnmt.models.common import check_target_mask, log_probabilities, renamed_keys
 
 __all__ = [
     "CELLS",
@@ -88,6 +88,10 @@ FLOWS = ("parallel", "bahdanau", "luong")
 # ================================================================================================
 
 
+#: options of RNNConfig named otherwise before 0.2.0 (old name -> name now)
+RENAMED_KEYS = {"tie_embeddings": "tie_output"}
+
+
 @dataclass
 class RNNConfig:
     """Every knob of the RNN translator (the ``model:`` section of a run config, ``type: rnn``).
@@ -103,7 +107,7 @@ class RNNConfig:
     attention           a registry name (``attnmt.attention.ATTENTION_TYPES``), aliases allowed
     attention_options   keyword options of that mechanism, e.g. {"kq_dim": 256} for scaled_dot
     flow                "parallel", "bahdanau" (Bahdanau et al. 2015) or "luong" (Luong et al. 2015)
-    tie_embeddings      output weights = target embeddings (projecting to E first if needed)
+    tie_output          output weights = target embeddings (projecting to E first if needed)
     output_embedding    also feed the previous target embedding b_i to the output layer
     """
 
@@ -118,7 +122,7 @@ class RNNConfig:
     attention: str = "scaled_dot"
     attention_options: dict[str, Any] = field(default_factory=dict)
     flow: str = "parallel"
-    tie_embeddings: bool = False
+    tie_output: bool = False
     output_embedding: bool = False
 
     def __post_init__(self) -> None:
@@ -133,14 +137,14 @@ class RNNConfig:
 
     # -- (de)serialisation ------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "RNNConfig":
+    def from_dict(cls, values: dict[str, Any]) -> RNNConfig:
         """Build from a plain dict (YAML). ``type`` may be present and must then be "rnn".
 
         Unknown keys and invalid values raise ConfigError naming them.
         """
         if not isinstance(values, dict):
             raise ConfigError(f"model config must be a mapping, got {type(values).__name__}")
-        values = dict(values)
+        values = renamed_keys(values, RENAMED_KEYS, "model")
         model_type = values.pop("type", "rnn")
         if model_type != "rnn":
             raise ConfigError(f"model.type is {model_type!r}, but RNNConfig describes type 'rnn'")
@@ -154,7 +158,7 @@ class RNNConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (with ``type: rnn``) that ``from_dict`` and ``build_model`` accept."""
-        values = {"type": "rnn"}
+        values: dict[str, Any] = {"type": "rnn"}
         for f in fields(self):
             value = getattr(self, f.name)
             values[f.name] = dict(value) if isinstance(value, dict) else value
@@ -177,7 +181,7 @@ class RNNConfig:
         self.dropout = float(self.dropout)
         self.cell = _require_choice("cell", self.cell, CELLS)
         self.flow = _require_choice("flow", self.flow, FLOWS)
-        for name in ("tie_embeddings", "output_embedding"):
+        for name in ("tie_output", "output_embedding"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         try:
@@ -238,7 +242,7 @@ class RNNEncoderOutput:
     sentence: torch.Tensor
     beams: int = 1
 
-    def index_select(self, index: torch.Tensor) -> "RNNEncoderOutput":
+    def index_select(self, index: torch.Tensor) -> RNNEncoderOutput:
         """Sentences ``index`` (beam search drops finished ones; without ``with_beams`` it also
         repeats each sentence once per beam)."""
         return replace(
@@ -249,7 +253,7 @@ class RNNEncoderOutput:
             sentence=self.sentence.index_select(1, index),
         )
 
-    def with_beams(self, beams: int) -> "RNNEncoderOutput":
+    def with_beams(self, beams: int) -> RNNEncoderOutput:
         """The same encoding for K = ``beams`` consecutive decoder rows per sentence, without
         copying it: the K queries of a sentence then attend to its keys in one product, as the T
         queries of teacher forcing do. ``init_decoder_state`` gives B·K rows."""
@@ -277,7 +281,7 @@ class RNNDecoderState:
         """What nn.LSTM / nn.GRU take as ``hx``."""
         return self.hidden if self.cell is None else (self.hidden, self.cell)
 
-    def index_select(self, index: torch.Tensor) -> "RNNDecoderState":
+    def index_select(self, index: torch.Tensor) -> RNNDecoderState:
         """Rows ``index`` (beam search reorders hypotheses with it)."""
         return replace(
             self,
@@ -336,7 +340,7 @@ class RNNSeq2Seq(nn.Module):
         self.bridge = nn.ModuleList(nn.Linear(D_enc, H) for _ in range(config.decoder_layers))
 
         # Attention over the encoder states: query h (size H), keys = values = h̄ (size 2H_e).
-        self.attention = build_attention(config.attention, H, D_enc, D_enc, **config.attention_options)
+        self.attention: Attention = build_attention(config.attention, H, D_enc, D_enc, **config.attention_options)
         self.attention_heads = self.attention.num_heads
         D_c = self.attention.output_dim
 
@@ -356,7 +360,7 @@ class RNNSeq2Seq(nn.Module):
             output_input += E
 
         # Output layer (eq. 12): W_o x + b_o, or W_d (W_p x) + b with tied embeddings.
-        if config.tie_embeddings:
+        if config.tie_output:
             self.output_projection = nn.Linear(output_input, E, bias=False) if output_input != E else nn.Identity()
             self.output_bias = nn.Parameter(torch.zeros(tgt_vocab_size))
         else:
@@ -412,7 +416,8 @@ class RNNSeq2Seq(nn.Module):
                 inputs = F.dropout(inputs, rnn.dropout, self.training)
             outputs = []
             for suffix, order in (("", None), ("_reverse", reverse)):
-                weights = [getattr(rnn, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+                weights = [getattr(rnn, f"{name}_l{layer}{suffix}")
+                           for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
                 sequence = inputs if order is None else _gather_time(inputs, order)
                 states = run(sequence, hx, weights, True, 1, 0.0, self.training, False, True)[0]  # [B, S, H_e]
                 # The direction's final state: at the last real token of the sequence it read.
@@ -510,6 +515,7 @@ class RNNSeq2Seq(nn.Module):
             hidden, state = self._rnn_step(torch.cat([embedded, context], -1), state, token_gates)
             return self._features([context, hidden], embedded), weights, state
         if flow == "luong":
+            assert state.feed is not None  # the luong flow's state always carries h̃_{i-1}
             hidden, state = self._rnn_step(torch.cat([embedded, state.feed], -1), state, token_gates)
             context, weights = self._attend(hidden, prepared, step, heads, beams)
             attentional = torch.tanh(self.attentional(torch.cat([context, hidden], -1)))  # h̃_i
@@ -573,8 +579,9 @@ class RNNSeq2Seq(nn.Module):
                 weights = weights.transpose(1, 2)  # [B, K, h, S]
             return context.flatten(0, 1), weights.flatten(0, 1)
         if heads:
-            if hasattr(self.attention, "attend_heads"):
-                return self.attention.attend_heads(query, prepared, step)
+            attend_heads = getattr(self.attention, "attend_heads", None)  # multihead's own per-head weights
+            if attend_heads is not None:
+                return attend_heads(query, prepared, step)
             context, weights = self.attention.attend(query, prepared, step)
             return context, weights.unsqueeze(1)
         return self.attention.attend(query, prepared, step)
@@ -588,7 +595,7 @@ class RNNSeq2Seq(nn.Module):
     def _logits(self, features: torch.Tensor) -> torch.Tensor:
         """Eq. 12 before the softmax: [..., F] -> [..., V]."""
         features = self.dropout(features)
-        if self.config.tie_embeddings:
+        if self.config.tie_output:
             return F.linear(self.output_projection(features), self.tgt_embedding.weight, self.output_bias)
         return self.output(features)
 
@@ -623,12 +630,13 @@ class RNNSeq2Seq(nn.Module):
         The cache key holds each tensor's storage and version counter, which every in-place
         update (optimizer steps, ``load_state_dict``) advances.
         """
-        rnn = self.decoder_rnn
-        sources = (self.tgt_embedding.weight, rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.bias_hh_l0)
+        weight_ih, bias_ih, bias_hh = (self.decoder_rnn.get_parameter(name)
+                                       for name in ("weight_ih_l0", "bias_ih_l0", "bias_hh_l0"))
+        sources = (self.tgt_embedding.weight, weight_ih, bias_ih, bias_hh)
         key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in sources)
         if getattr(self, "_token_gate_key", None) != key:
-            bias = rnn.bias_ih_l0 + rnn.bias_hh_l0 if self.config.cell == "lstm" else rnn.bias_ih_l0
-            embedding_part = rnn.weight_ih_l0[:, : self.config.embed_dim]
+            bias = bias_ih + bias_hh if self.config.cell == "lstm" else bias_ih
+            embedding_part = weight_ih[:, : self.config.embed_dim]
             with torch.autocast(self.tgt_embedding.weight.device.type, enabled=False):  # in the weights' precision
                 self._token_gate_table = F.linear(self.tgt_embedding.weight, embedding_part, bias).detach()
             self._token_gate_key = key

@@ -45,8 +45,9 @@ whole prefix (a test checks it to 1e-5).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -54,9 +55,9 @@ from torch import nn
 
 from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
-from attnmt.errors import ConfigError
-from attnmt.models.common import check_target_mask, log_probabilities
 from attnmt.data.special_tokens import PAD_ID
+from attnmt.errors import ConfigError
+from attnmt.models.common import check_target_mask, log_probabilities, renamed_keys
 
 __all__ = [
     "DecoderLayer",
@@ -79,12 +80,16 @@ NORM_KINDS = ("pre", "post")
 # --------------------------------------------------------------------------------------------
 
 
+#: options of TransformerConfig named otherwise before 0.2.0 (old name -> name now)
+RENAMED_KEYS = {"heads": "num_heads"}
+
+
 @dataclass
 class TransformerConfig:
     """Every knob of the Transformer.
 
     d_model:            width d of every layer's input and output (embeddings too)
-    heads:              number of attention heads h; d_model must be divisible by it
+    num_heads:          number of attention heads h; d_model must be divisible by it
     ffn_dim:            inner width of the position-wise feed-forward block
     encoder_layers:     N_enc, number of encoder layers
     decoder_layers:     N_dec, number of decoder layers
@@ -102,7 +107,7 @@ class TransformerConfig:
     type: ClassVar[str] = MODEL_TYPE
 
     d_model: int = 256
-    heads: int = 4
+    num_heads: int = 4
     ffn_dim: int = 1024
     encoder_layers: int = 3
     decoder_layers: int = 3
@@ -115,13 +120,13 @@ class TransformerConfig:
     tie_output: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
+        for name in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"transformer model config: {name} must be a positive integer, got {value!r}")
-        if self.d_model % self.heads:
+        if self.d_model % self.num_heads:
             raise ConfigError(
-                f"transformer model config: d_model={self.d_model} is not divisible by heads={self.heads}"
+                f"transformer model config: d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
             )
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
@@ -149,14 +154,14 @@ class TransformerConfig:
             )
 
     @classmethod
-    def from_dict(cls, config: Mapping[str, Any]) -> "TransformerConfig":
+    def from_dict(cls, config: Mapping[str, Any]) -> TransformerConfig:
         """Build from a mapping (a YAML ``model:`` section). ``type``, if present, must be "transformer".
 
         Raises ConfigError naming unknown keys or invalid values; missing keys take the defaults.
         """
         if not isinstance(config, Mapping):
             raise ConfigError(f"transformer model config must be a mapping, got {type(config).__name__}")
-        values = dict(config)
+        values = renamed_keys(dict(config), RENAMED_KEYS, "model")
         model_type = values.pop("type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise ConfigError(f"transformer model config: type must be {MODEL_TYPE!r}, got {model_type!r}")
@@ -319,7 +324,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attention = MultiHeadAttention(d, config.heads, dropout=config.attention_dropout)
+        self.self_attention = MultiHeadAttention(d, config.num_heads, dropout=config.attention_dropout)
         self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
         self.attention_block = Residual(d, config.dropout, config.norm)
         self.feed_forward_block = Residual(d, config.dropout, config.norm)
@@ -347,8 +352,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attention = MultiHeadAttention(d, config.heads, dropout=config.attention_dropout)
-        self.cross_attention = MultiHeadAttention(d, config.heads, dropout=config.attention_dropout)
+        self.self_attention = MultiHeadAttention(d, config.num_heads, dropout=config.attention_dropout)
+        self.cross_attention = MultiHeadAttention(d, config.num_heads, dropout=config.attention_dropout)
         self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
         self.self_attention_block = Residual(d, config.dropout, config.norm)
         self.cross_attention_block = Residual(d, config.dropout, config.norm)
@@ -405,7 +410,7 @@ class TransformerEncoderOutput:
     cross_keys: tuple[torch.Tensor, ...]
     cross_values: tuple[torch.Tensor, ...]
 
-    def index_select(self, index: torch.Tensor) -> "TransformerEncoderOutput":
+    def index_select(self, index: torch.Tensor) -> TransformerEncoderOutput:
         """Sentences ``index`` (beam search repeats and reorders sentences with it)."""
         return TransformerEncoderOutput(
             states=self.states.index_select(0, index),
@@ -432,7 +437,7 @@ class TransformerDecoderState:
         """Number of positions decoded so far (t)."""
         return self.target_mask.shape[1]
 
-    def index_select(self, index: torch.Tensor) -> "TransformerDecoderState":
+    def index_select(self, index: torch.Tensor) -> TransformerDecoderState:
         """Hypotheses ``index`` (beam search reorders hypotheses with it)."""
         return TransformerDecoderState(
             keys=tuple(k.index_select(0, index) for k in self.keys),
@@ -521,7 +526,7 @@ class Transformer(nn.Module):
     @property
     def attention_heads(self) -> int:
         """Number of heads h of every attention (forward can return per-head weights)."""
-        return self.config.heads
+        return self.config.num_heads
 
     @property
     def state_bytes_per_token(self) -> int:
@@ -555,16 +560,17 @@ class Transformer(nn.Module):
         # Position t may look at positions 0 … t that hold real tokens: [B, 1, T, T].
         target_real = tgt_in != self.pad_id
         self_mask = (causal_mask(target_length, device=tgt_in.device) & target_real[:, None, :]).unsqueeze(1)
-        need_weights = {None: False, "last": "last", "layers": True, "heads": True}[kind]
+        need_weights: bool | str = "last" if kind == "last" else kind is not None
         states, _, weights = self._decode(tgt_in, 0, self_mask, encoded, None, need_weights)
         if tgt_mask is not None:
             states = states[check_target_mask(tgt_mask, tgt_in)]  # [N, d]
         logits = self.output_projection(states)
         if kind is None:
             return logits, None
+        layer_weights = [w for w in weights if w is not None]  # every layer's, since weights were asked for
         if kind == "last":
-            return logits, weights[-1].mean(dim=1)
-        stacked = torch.stack(weights, dim=1)  # [B, N_dec, h, T, S]
+            return logits, layer_weights[-1].mean(dim=1)
+        stacked = torch.stack(layer_weights, dim=1)  # [B, N_dec, h, T, S]
         return logits, (stacked.mean(dim=2) if kind == "layers" else stacked)
 
     @staticmethod
@@ -598,7 +604,7 @@ class Transformer(nn.Module):
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
         x = self.encoder_norm(x)
-        cross = [layer.cross_attention.project_key_value(x, x) for layer in self.decoder_layers]
+        cross = [layer.cross_attention.project_key_value(x, x) for layer in self._decoder_layers()]
         return TransformerEncoderOutput(
             states=x,
             mask=src_mask,
@@ -607,6 +613,10 @@ class Transformer(nn.Module):
         )
 
     # ---- decoder ------------------------------------------------------------------------------
+
+    def _decoder_layers(self) -> list[DecoderLayer]:
+        """The decoder layers, typed (``nn.ModuleList`` holds them as plain modules)."""
+        return cast(list[DecoderLayer], list(self.decoder_layers))
 
     def _decode(
         self,
@@ -645,8 +655,8 @@ class Transformer(nn.Module):
     def init_decoder_state(self, encoded: TransformerEncoderOutput) -> TransformerDecoderState:
         """An empty self-attention cache for every sentence of ``encoded``."""
         batch = encoded.states.shape[0]
-        head_dim = self.config.d_model // self.config.heads
-        empty = encoded.states.new_zeros(batch, self.config.heads, 0, head_dim)
+        head_dim = self.config.d_model // self.config.num_heads
+        empty = encoded.states.new_zeros(batch, self.config.num_heads, 0, head_dim)
         return TransformerDecoderState(
             keys=tuple(empty for _ in self.decoder_layers),
             values=tuple(empty for _ in self.decoder_layers),
@@ -683,5 +693,7 @@ class Transformer(nn.Module):
             values=tuple(values for _, values in caches),
             target_mask=target_mask,
         )
-        return log_probs, weights[-1][:, :, 0].mean(dim=1), new_state
+        last = weights[-1]
+        assert last is not None  # "last": the last layer's weights
+        return log_probs, last[:, :, 0].mean(dim=1), new_state
 

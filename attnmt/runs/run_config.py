@@ -27,17 +27,28 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from attnmt.runtime.checks import dataclass_from_dict, is_int, is_number
+from attnmt.runtime.checks import (
+    BOOLEAN,
+    Rule,
+    check_rules,
+    dataclass_from_dict,
+    integer,
+    is_int,
+    number,
+    one_of,
+    optional,
+)
 from attnmt.data.data_config import DataConfig
 from attnmt.runtime.device import check_device_name
 from attnmt.errors import ConfigError
-from attnmt.models import ModelConfig, model_config
+from attnmt.models import RENAMED_MODEL_KEYS, ModelConfig, model_config
 from attnmt.runtime.choices import GUIDE_UNALIGNED
 from attnmt.runtime.precision import check_precision
 
@@ -46,6 +57,38 @@ __all__ = ["MAX_LEN_A", "MAX_LEN_B", "RunConfig", "SearchConfig", "TrainingConfi
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
+
+
+#: what each value of the ``training:`` section must be, checked in this order (``TrainingConfig.validate``)
+TRAINING_RULES = {
+    "seed": integer(0),
+    "lr": number(above=0),
+    "max_epochs": integer(1),
+    "log_every": integer(1),
+    "eval_every": integer(1),
+    "checkpoint_every": integer(1),
+    "max_steps": optional(integer(1)),
+    "num_threads": optional(integer(1)),
+    "max_minutes": optional(number(above=0)),
+    "clip_norm": optional(number(above=0)),
+    "lr_schedule": one_of(LR_SCHEDULES),
+    "warmup_steps": integer(0),
+    "label_smoothing": number(at_least=0, below=1),
+    "lr_decay": number(above=0, at_most=1),
+    "lr_patience": integer(0),
+    "min_lr": number(at_least=0),
+    "early_stopping_patience": optional(integer(1)),
+    "bleu_max_sentences": optional(integer(0)),
+    "examples": integer(0),
+    "guide_weight": number(above=0),
+    "guide_layer": optional(Rule(lambda value: is_int(value) and value != 0,
+                                 "a non-zero integer (from 1, or negative from the end)")),
+    "guide_head": optional(Rule(lambda value: is_int(value) and value != 0,
+                                "a non-zero integer (from 1, or negative from the end)")),
+    "guide_shift": BOOLEAN,
+    "tensorboard": BOOLEAN,
+    "guide_unaligned": Rule(lambda value: value in GUIDE_UNALIGNED, " or ".join(f'"{c}"' for c in GUIDE_UNALIGNED)),
+}
 
 
 @dataclass
@@ -86,9 +129,9 @@ class TrainingConfig:
     precision                "fp32", "bf16" or "fp16": the forward pass under autocast on the device
                              (matrix products in 16 bits; weights, gradients, optimizer state, the
                              loss and all validation stay float32); fp16 scales the loss with a
-                             GradScaler saved in the checkpoint (attnmt.runtime.precision). bf16 gives
-                             1.3-1.6x the tokens/s on CPUs with AVX512-BF16 or AMX
-                             (benchmarks/training_speed.py), possibly less on others
+                             GradScaler saved in the checkpoint (attnmt.runtime.precision). bf16 trains
+                             faster on CPUs with AVX512-BF16 or AMX (docs/results.md, "Precision"),
+                             possibly slower on others
     guide_weight             λ of the guided-alignment loss, used when ``data.train_links`` is set
                              (attnmt.models.losses): loss = CE + λ · Σ −A log a / target tokens
     guide_layer              the decoder layer whose attention is guided, from 1 (−1 = last; null =
@@ -139,62 +182,17 @@ class TrainingConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ConfigError naming the first invalid value."""
-        def fail(key: str, wanted: str) -> None:
-            raise ConfigError(f"training.{key}: must be {wanted}, got {getattr(self, key)!r}")
-
-        if not is_int(self.seed) or self.seed < 0:
-            fail("seed", "an integer >= 0")
-        if not is_number(self.lr) or self.lr <= 0:
-            fail("lr", "a number > 0")
-        for key in ("max_epochs", "log_every", "eval_every", "checkpoint_every"):
-            if not is_int(getattr(self, key)) or getattr(self, key) < 1:
-                fail(key, "an integer >= 1")
-        for key in ("max_steps", "num_threads"):
-            value = getattr(self, key)
-            if value is not None and (not is_int(value) or value < 1):
-                fail(key, "an integer >= 1 or null")
-        if self.max_minutes is not None and (not is_number(self.max_minutes) or self.max_minutes <= 0):
-            fail("max_minutes", "a number > 0 or null")
-        if self.clip_norm is not None and (not is_number(self.clip_norm) or self.clip_norm <= 0):
-            fail("clip_norm", "a number > 0 or null")
-        if self.lr_schedule not in LR_SCHEDULES:
-            fail("lr_schedule", f"one of {', '.join(LR_SCHEDULES)}")
-        if not is_int(self.warmup_steps) or self.warmup_steps < 0:
-            fail("warmup_steps", "an integer >= 0")
+        """Raise ConfigError naming the first invalid value (``TRAINING_RULES``, then the rules
+        that tie two values together)."""
+        check_rules(self, TRAINING_RULES, "training")
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps < 1:
-            fail("warmup_steps", "an integer >= 1 with lr_schedule: inverse_sqrt")
+            raise ConfigError(f"training.warmup_steps: must be an integer >= 1 with lr_schedule: inverse_sqrt, "
+                              f"got {self.warmup_steps!r}")
         if self.lr_schedule == "cosine" and self.max_steps is None and self.max_minutes is None:
-            fail("lr_schedule", "cosine only with a budget to fall over: max_steps or max_minutes")
-        if not is_number(self.label_smoothing) or not 0 <= self.label_smoothing < 1:
-            fail("label_smoothing", "a number in [0, 1)")
-        if not is_number(self.lr_decay) or not 0 < self.lr_decay <= 1:
-            fail("lr_decay", "a number in (0, 1]")
-        if not is_int(self.lr_patience) or self.lr_patience < 0:
-            fail("lr_patience", "an integer >= 0")
-        if not is_number(self.min_lr) or self.min_lr < 0:
-            fail("min_lr", "a number >= 0")
-        if self.early_stopping_patience is not None and (
-            not is_int(self.early_stopping_patience) or self.early_stopping_patience < 1
-        ):
-            fail("early_stopping_patience", "an integer >= 1 or null")
-        if self.bleu_max_sentences is not None and (not is_int(self.bleu_max_sentences) or self.bleu_max_sentences < 0):
-            fail("bleu_max_sentences", "an integer >= 0 or null")
-        if not is_int(self.examples) or self.examples < 0:
-            fail("examples", "an integer >= 0")
+            raise ConfigError("training.lr_schedule: must be cosine only with a budget to fall over: max_steps or "
+                              "max_minutes, got 'cosine'")
         check_device_name(self.device, "training.device")
         check_precision(self.precision, "training.precision")
-        if not is_number(self.guide_weight) or self.guide_weight <= 0:
-            fail("guide_weight", "a number > 0")
-        for key in ("guide_layer", "guide_head"):
-            value = getattr(self, key)
-            if value is not None and (not is_int(value) or value == 0):
-                fail(key, "a non-zero integer (from 1, or negative from the end) or null")
-        for key in ("guide_shift", "tensorboard"):
-            if not isinstance(getattr(self, key), bool):
-                fail(key, "true or false")
-        if self.guide_unaligned not in GUIDE_UNALIGNED:
-            fail("guide_unaligned", " or ".join(f'"{choice}"' for choice in GUIDE_UNALIGNED))
         # Integers are fine where floats are meant (YAML reads "1" as an int).
         for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight"):
             setattr(self, key, float(getattr(self, key)))
@@ -215,6 +213,10 @@ class TrainingConfig:
 #: decodes every step of the limit.
 MAX_LEN_A = 10
 MAX_LEN_B = 1000
+
+#: what each value of the ``search:`` section must be (``SearchConfig``)
+SEARCH_RULES = {"beam": integer(1), "batch_size": integer(1), "max_len_b": integer(0, MAX_LEN_B),
+                "alpha": number(at_least=0), "max_len_a": number(at_least=0)}
 
 
 @dataclass
@@ -242,15 +244,8 @@ class SearchConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        for key in ("beam", "batch_size"):
-            if not is_int(getattr(self, key)) or getattr(self, key) < 1:
-                raise ConfigError(f"search.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
-        if not is_int(self.max_len_b) or not 0 <= self.max_len_b <= MAX_LEN_B:
-            raise ConfigError(f"search.max_len_b: must be an integer from 0 to {MAX_LEN_B}, got {self.max_len_b!r}")
-        for key in ("alpha", "max_len_a"):
-            if not is_number(getattr(self, key)) or getattr(self, key) < 0:
-                raise ConfigError(f"search.{key}: must be a number >= 0, got {getattr(self, key)!r}")
-            setattr(self, key, float(getattr(self, key)))
+        check_rules(self, SEARCH_RULES, "search")
+        self.alpha, self.max_len_a = float(self.alpha), float(self.max_len_a)
         if self.max_len_a > MAX_LEN_A:
             raise ConfigError(f"search.max_len_a: at most {MAX_LEN_A} (an output {MAX_LEN_A} times as long as "
                               f"its source), got {self.max_len_a!r}")
@@ -350,11 +345,23 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None, set_o
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML ({error})") from None
     values = {} if values is None else values
+    _warn_of_old_names(values, path)
     try:
         values = apply_overrides(values, overrides or {}, set_options or [])
         return RunConfig.from_dict(values, base_dir=path.resolve().parent)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+
+
+def _warn_of_old_names(values: Any, path: Path) -> None:
+    """A FutureWarning for each model option the config file gives by its name before 0.2.0."""
+    model = values.get("model") if isinstance(values, dict) else None
+    if not isinstance(model, dict):
+        return
+    for old, new in RENAMED_MODEL_KEYS.get(model.get("type", "rnn"), {}).items():
+        if old in model:
+            warnings.warn(f"{path}: model.{old} is called model.{new} since attnmt 0.2.0; the old name is read "
+                          f"until 0.3", FutureWarning, stacklevel=3)
 
 
 # command-line option name -> (section, key)

@@ -14,7 +14,9 @@ LINK_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-d
 SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and")
 
 #: vector-attention scorings (see attnmt.alignment.vector_weights)
-SCORINGS = ("cosine", "seed")
+SCORINGS = ("cosine", "scaled_dot")
+#: an older name of a scoring -> its name now (accepted until 0.3)
+OLD_SCORINGS = {"seed": "scaled_dot"}
 
 #: gold alignment file formats (see attnmt.alignment.aer)
 GOLD_FORMATS = ("naacl", "pharaoh")

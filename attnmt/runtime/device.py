@@ -25,7 +25,8 @@ import torch
 
 from attnmt.errors import ConfigError
 
-__all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank", "memory_size",
+__all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank",
+           "memory_size",
            "resolve_device"]
 
 DEVICE_NAMES = ("auto", "cpu", "cuda", "cuda:N", "mps")

@@ -5,7 +5,8 @@ in bfloat16 or float16, on whatever device runs them; weights, gradients, optimi
 and log-probabilities stay float32 (``attnmt.models.common.log_probabilities``). fp16 has a narrow
 range, so its training scales the loss by a dynamic factor (``torch.amp.GradScaler``) whose state
 is saved with the checkpoint; bf16 has float32's range and needs none. On CPUs with AVX512-BF16 or
-AMX, bf16 runs the products 1.3–2× faster; on GPUs both 16-bit types use the tensor cores.
+AMX, bf16 runs the products faster (docs/results.md, "Precision"); on GPUs both 16-bit types use
+the tensor cores.
 """
 
 from __future__ import annotations

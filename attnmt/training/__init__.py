@@ -16,6 +16,7 @@ each run trained and evaluated, and summarised.
 """
 
 from attnmt.training.builder import TrainingParts, build_training
+from attnmt.training.comparison import Comparison, compare_mechanisms
 from attnmt.training.distributed import (
     DistributedContext,
     init_distributed,
@@ -24,10 +25,10 @@ from attnmt.training.distributed import (
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
 from attnmt.training.step import GuideBatch, StepStats, backward_on_batch
 from attnmt.training.trainer import Trainer, TrainResult, train
-from attnmt.training.comparison import Comparison, compare_mechanisms
 
 __all__ = [
-    "Comparison", "compare_mechanisms", "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker", "StepStats", "TrainResult",
+    "Comparison", "compare_mechanisms", "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker",
+    "StepStats", "TrainResult",
     "Trainer", "TrainingParts", "backward_on_batch", "build_training", "init_distributed", "train",
     "training_threads",
 ]

@@ -16,8 +16,6 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt.runs.checkpoint import load_checkpoint, load_model_state
-from attnmt.runs.run_config import RunConfig
 from attnmt.data import (
     Batch,
     ParallelCorpus,
@@ -27,13 +25,15 @@ from attnmt.data import (
     train_tokenizers,
 )
 from attnmt.data.link_files import AlignmentGuide, check_links_file
-from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
 from attnmt.errors import ConfigError
-from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
-from attnmt.runtime.precision import grad_scaler
+from attnmt.runs.checkpoint import load_checkpoint, load_model_state
 from attnmt.runs.folder import CONFIG_FILE, LAST, METRICS, check_run_dir, write_metrics
+from attnmt.runs.run_config import RunConfig
+from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
+from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
+from attnmt.runtime.precision import grad_scaler
 from attnmt.training.distributed import DistributedContext, training_threads
 from attnmt.training.randomness import restore_rng_state, seed_everything
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
@@ -159,7 +159,8 @@ def _check_batch_memory(max_tokens: int, src_ids, tgt_ids, vocabulary: int, devi
     available = available_memory(device)
     if available is not None and needed > available // 2:
         fits = available // 2 // (3 * vocabulary * 4)
-        advice = f"use data.max_tokens {fits} or less" if fits >= widest else "use a smaller data.vocab_size or data.max_length"
+        advice = (f"use data.max_tokens {fits} or less" if fits >= widest
+                  else "use a smaller data.vocab_size or data.max_length")
         raise ConfigError(
             f"data.max_tokens={max_tokens}: a training batch of up to {positions:,} target positions needs about "
             f"{memory_size(needed)} for its logits over {vocabulary:,} words alone, more than half of the "

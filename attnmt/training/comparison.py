@@ -39,12 +39,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnmt.runs.run_config import RunConfig, load_config
 from attnmt.data import load_split
-from attnmt.runtime.device import describe, resolve_device
 from attnmt.errors import ConfigError
 from attnmt.evaluation.evaluate import evaluate_run
-from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
 from attnmt.runs.folder import (
     LAST,
     eval_json_path,
@@ -53,6 +50,9 @@ from attnmt.runs.folder import (
     training_finished,
     writer_lock,
 )
+from attnmt.runs.run_config import RunConfig, load_config
+from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
+from attnmt.runtime.device import describe, resolve_device
 from attnmt.runtime.tables import format_table
 from attnmt.training.trainer import Trainer
 
@@ -75,7 +75,7 @@ class Statistics:
     var: float
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Statistics":
+    def of(cls, values: Sequence[float]) -> Statistics:
         values = [float(v) for v in values]
         if not values:
             return cls(0, math.nan, math.nan, math.nan)
@@ -299,9 +299,10 @@ def compare_mechanisms(
                 run_dir = run_folder(out, mechanism, seed)
                 requested = first[mechanism] if seed == 1 else config_for(mechanism, seed)
                 started = time.perf_counter()
-                status, report = _complete_run(
-                    run_dir, requested, split_name, beam, lambda what: log(f"{label}: {what}"), show_progress, verbose
-                )
+                def log_run(what: str, label: str = label) -> None:
+                    log(f"{label}: {what}")
+
+                status, report = _complete_run(run_dir, requested, split_name, beam, log_run, show_progress, verbose)
                 outcome = RunOutcome(
                     mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
                     perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),

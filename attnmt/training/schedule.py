@@ -52,7 +52,7 @@ class PlateauTracker:
         return asdict(self)
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "PlateauTracker":
+    def from_state_dict(cls, state: dict[str, Any]) -> PlateauTracker:
         return cls(**state)
 
 

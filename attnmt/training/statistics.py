@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Progress", "RunningStatistics", "perplexity_of"]
 
@@ -20,21 +23,25 @@ def perplexity_of(loss: float) -> float:
     return math.exp(min(loss, 700.0)) if math.isfinite(loss) else float("nan")
 
 
+#: a running sum: a number, or a 0-d tensor on the training device
+Sum = Union[float, "torch.Tensor"]
+
+
 @dataclass
 class RunningStatistics:
     """Sums over steps: training loss, plain NLL and guide term (over target tokens), tokens,
     steps, seconds and gradient norms. The loss, NLL, guide and gradient-norm sums may be 0-d
     float64 tensors on the training device (added up there, read back only when a record is made)."""
 
-    loss: float = 0.0
-    nll: float = 0.0
-    guide: float = 0.0
+    loss: Sum = 0.0
+    nll: Sum = 0.0
+    guide: Sum = 0.0
     tokens: float = 0.0
     steps: int = 0
     seconds: float = 0.0
-    grad_norm: float = 0.0
+    grad_norm: Sum = 0.0
 
-    def update(self, loss: float, nll: float, guide: float, tokens: float, seconds: float, grad_norm: float) -> None:
+    def update(self, loss: Sum, nll: Sum, guide: Sum, tokens: float, seconds: float, grad_norm: Sum) -> None:
         self.loss += loss
         self.nll += nll
         self.guide += guide
@@ -54,7 +61,7 @@ class RunningStatistics:
         return {key: value if isinstance(value, int) else float(value) for key, value in asdict(self).items()}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "RunningStatistics":
+    def from_state_dict(cls, state: dict[str, Any]) -> RunningStatistics:
         return cls(**state)
 
 
@@ -79,5 +86,5 @@ class Progress:
         return asdict(self)
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "Progress":
+    def from_state_dict(cls, state: dict[str, Any]) -> Progress:
         return cls(**{key: state[key] for key in cls.__dataclass_fields__ if key in state})

@@ -43,7 +43,7 @@ class TensorBoardLog:
                               "pip install 'attnmt[tensorboard]' (or set it to false)")
 
     def add(self, record: dict[str, Any]) -> None:
-        for key, tag in SCALARS.get(record.get("type"), {}).items():
+        for key, tag in SCALARS.get(str(record.get("type")), {}).items():
             if record.get(key) is not None:
                 self.writer.add_scalar(tag, float(record[key]), global_step=int(record["step"]))
         self.writer.flush()

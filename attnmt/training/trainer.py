@@ -31,19 +31,19 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
-from attnmt.runs.run_config import RunConfig
 from attnmt.data import batch_indices, collate, shard
+from attnmt.decoding.translator import Translator
 from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
-from attnmt.visual.heatmap import plot_attention
+from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
+from attnmt.runs.run_config import RunConfig
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
 from attnmt.training.statistics import RunningStatistics, perplexity_of
 from attnmt.training.step import GuideBatch, backward_on_batch
 from attnmt.training.tensorboard import TensorBoardLog
-from attnmt.decoding.translator import Translator
+from attnmt.visual.heatmap import plot_attention
 
 __all__ = ["TrainResult", "Trainer", "train"]
 
@@ -112,7 +112,14 @@ class Trainer:
     @property
     def model(self):
         """The model being trained (after ``run`` has built it)."""
-        return self.parts.model
+        return self._parts.model
+
+    @property
+    def _parts(self) -> TrainingParts:
+        """What ``run`` built (``build_training``)."""
+        if self.parts is None:
+            raise RuntimeError("Trainer: run() builds the training's parts first")
+        return self.parts
 
     # ---- the loop -----------------------------------------------------------------------------
 
@@ -159,7 +166,7 @@ class Trainer:
     def _train_epoch(self) -> bool:
         """This rank's batches of the current epoch from ``batch_in_epoch`` on; False when a step or
         time limit stopped it (``progress.stop_reason`` says which)."""
-        parts, progress, training, context = self.parts, self.parts.progress, self.config.training, self.context
+        parts, progress, training, context = self._parts, self._parts.progress, self.config.training, self.context
         all_batches = batch_indices(
             [len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
             max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed, epoch=progress.epoch,
@@ -203,7 +210,7 @@ class Trainer:
         """One optimizer step on this rank's ``batch`` (on the device; ``global_tokens`` target
         tokens in the batches of all ranks), or, when a limit is reached, none and
         ``progress.stop_reason`` set. The step's sums stay on the device: nothing here waits for it."""
-        parts, progress, training, context = self.parts, self.parts.progress, self.config.training, self.context
+        parts, progress, training, context = self._parts, self._parts.progress, self.config.training, self.context
         progress.stop_reason = self._limit_reached()
         if progress.stop_reason is not None:
             return
@@ -234,8 +241,8 @@ class Trainer:
             running.update(sums[0], sums[1], sums[2], global_tokens, seconds, grad_norm.double())
 
     def _guide_batch(self, batch) -> GuideBatch | None:
-        parts = self.parts
-        if parts.guide is None:
+        parts = self._parts
+        if parts.guide is None or parts.guide_position is None:
             return None
         layer, head = parts.guide_position
         target = parts.guide.target(batch.indices, batch.tgt_in.shape[1], batch.src.shape[1]).to(parts.device)
@@ -246,7 +253,7 @@ class Trainer:
         steps; the clock that counts is rank 0's, so with several processes it is put to a vote (one
         all-reduce), and only every ``log_every`` steps, so that ranks do not wait on each other's
         host at every step (a time limit can then stop up to log_every − 1 steps late)."""
-        training, progress, context = self.config.training, self.parts.progress, self.context
+        training, progress, context = self.config.training, self._parts.progress, self.context
         if training.max_steps is not None and progress.step >= training.max_steps:
             return f"max_steps={training.max_steps} reached"
         if training.max_minutes is None:
@@ -263,18 +270,18 @@ class Trainer:
     def _budget_spent(self) -> float:
         """The share of the training budget used so far (``lr_schedule: cosine``): the larger of
         step / max_steps and the share of max_minutes at the last reading of the clock."""
-        training, progress = self.config.training, self.parts.progress
+        training, progress = self.config.training, self._parts.progress
         spent = progress.step / training.max_steps if training.max_steps is not None else 0.0
         return max(spent, self._minutes_spent or 0.0)
 
     def _lr(self) -> float:
-        return float(self.parts.optimizer.param_groups[0]["lr"])
+        return float(self._parts.optimizer.param_groups[0]["lr"])
 
     # ---- validation ---------------------------------------------------------------------------
 
     def _validate_and_decide(self, at_epoch_end: bool) -> None:
         """Validate; the plateau tracker decides best.pt and, at epoch ends, lr decay and early stopping."""
-        parts, progress = self.parts, self.parts.progress
+        parts, progress = self._parts, self._parts.progress
         started = time.perf_counter()
         epoch_label = progress.epoch if at_epoch_end else progress.epoch + 1
         record = self._validate(epoch_label)
@@ -310,10 +317,10 @@ class Trainer:
 
     def _validate(self, epoch_label: int) -> dict[str, Any]:
         """Validation loss/perplexity (all ranks), greedy BLEU and heatmaps (rank 0)."""
-        parts, context, training = self.parts, self.context, self.config.training
+        parts, context, training = self._parts, self.context, self.config.training
         nll_sum, tokens = likelihood_sums(parts.model, parts.valid_batches[context.rank :: context.world_size])
-        nll_sum, tokens = context.all_reduce_sum([nll_sum, tokens])
-        result = perplexity_from_sums(nll_sum, int(tokens))
+        nll_sum, total_tokens = context.all_reduce_sum([nll_sum, tokens])
+        result = perplexity_from_sums(nll_sum, int(total_tokens))
         record: dict[str, Any] = {"val_loss": result.loss, "val_ppl": result.perplexity, "val_bleu": None}
         limit, corpus = training.bleu_max_sentences, parts.valid_corpus
         if context.is_main and (limit is None or limit > 0 or training.examples > 0):
@@ -329,10 +336,11 @@ class Trainer:
         return record
 
     def _plot_examples(self, translator: Translator, epoch_label: int) -> None:
-        corpus = self.parts.valid_corpus
+        corpus = self._parts.valid_corpus
         count = min(self.config.training.examples, len(corpus))
         folder = self.run_dir / "examples"
-        for k, translation in enumerate(translator.translate(corpus.src[:count], beam=1, return_attention=True), start=1):
+        translations = translator.translate(corpus.src[:count], beam=1, return_attention=True)
+        for k, translation in enumerate(translations, start=1):
             if translation.attention is None or translation.attention.size == 0:
                 continue
             try:
@@ -352,7 +360,7 @@ class Trainer:
 
     def _record(self, record: dict[str, Any]) -> None:
         """Append a metrics record to the history and, on rank 0, to metrics.jsonl."""
-        self.parts.history.append(record)
+        self._parts.history.append(record)
         if self.context.is_main:
             append_metrics(self.run_dir, record)
         if self._tensorboard is not None:
@@ -360,7 +368,7 @@ class Trainer:
 
     def _log_window(self) -> None:
         """A "train" record of the steps since the last one (none when there were none)."""
-        parts, progress = self.parts, self.parts.progress
+        parts, progress = self._parts, self._parts.progress
         window = parts.window
         if window.steps == 0:
             return
@@ -385,7 +393,7 @@ class Trainer:
         parts.window = RunningStatistics()
 
     def _checkpoint(self, with_training_state: bool, rng_states: list | None = None) -> dict:
-        parts = self.parts
+        parts = self._parts
         progress = {
             **parts.progress.state_dict(), "plateau": parts.plateau.state_dict(),
             "window": parts.window.state_dict(), "epoch_sums": parts.epoch_sums.state_dict(),
@@ -396,7 +404,8 @@ class Trainer:
             if parts.scaler.is_enabled():
                 extra["scaler"] = parts.scaler.state_dict()
         return make_checkpoint(
-            config=self.config.to_dict(), model_state=parts.model.state_dict(), tokenizers=parts.tokenizers.state_dict(),
+            config=self.config.to_dict(), model_state=parts.model.state_dict(),
+            tokenizers=parts.tokenizers.state_dict(),
             **extra,
         )
 
@@ -404,18 +413,18 @@ class Trainer:
         rng_states = self.context.all_gather_object(capture_rng_state())  # collective: every rank
         if self.context.is_main:
             save_checkpoint(self._checkpoint(with_training_state=True, rng_states=rng_states), self.run_dir / LAST)
-        self._last_saved = self.parts.progress.position()
+        self._last_saved = self._parts.progress.position()
 
     def _finish(self) -> TrainResult:
         """The result, and the final "summary" record (in metrics.jsonl only: not in the history a
         checkpoint resumes from)."""
-        progress, plateau = self.parts.progress, self.parts.plateau
+        progress, plateau = self._parts.progress, self._parts.plateau
         result = TrainResult(
             run_dir=self.run_dir, step=progress.step, epoch=progress.epoch,
             stop_reason=progress.stop_reason or "finished", best_val_loss=plateau.best_loss,
             best_val_ppl=perplexity_of(plateau.best_loss), best_val_bleu=plateau.best_bleu,
             best_step=plateau.best_step, best_epoch=plateau.best_epoch,
-            elapsed_seconds=progress.elapsed_seconds, history=self.parts.history,
+            elapsed_seconds=progress.elapsed_seconds, history=self._parts.history,
             best_seconds=plateau.best_seconds, best_tokens=plateau.best_tokens, target_tokens=progress.target_tokens,
         )
         if self.context.is_main:
@@ -435,7 +444,9 @@ class Trainer:
 def _grad_norm(model) -> torch.Tensor:
     """The global gradient norm (what clipping would measure), as a tensor on the model's device."""
     norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
-    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros((), device=next(model.parameters()).device)
+    if not norms:
+        return torch.zeros((), device=next(model.parameters()).device)
+    return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def train(

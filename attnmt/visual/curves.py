@@ -28,9 +28,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from attnmt.errors import ConfigError, DataError
+from attnmt.runs.folder import METRICS
 from attnmt.runtime.atomic_files import atomic_writer
 from attnmt.visual.heatmap import PLOT_FORMATS, plot_metadata
-from attnmt.runs.folder import METRICS
 
 __all__ = ["Curves", "plot_curves", "read_curves"]
 

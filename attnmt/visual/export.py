@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.errors import ConfigError, DataError
 from attnmt.runtime.atomic_files import write_bytes_atomic
-from attnmt.data.pieces import group_pieces, merge_subwords
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_records", "load_attention", "save_attention"]
 
@@ -95,7 +95,9 @@ def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
     return words, word_of_piece
 
 
-def attention_records(translator, translations: Sequence, indices: Sequence[int] | None = None) -> list[AttentionRecord]:
+def attention_records(
+    translator, translations: Sequence, indices: Sequence[int] | None = None
+) -> list[AttentionRecord]:
     """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
     every layer's and head's weights force-decoded (``translator.read_attention``). ``indices``
     numbers the records (default 0, 1, ...), e.g. with the input line each came from."""
@@ -118,7 +120,8 @@ def check_attention_path(path: str | os.PathLike, overwrite: bool = False) -> Pa
     file without ``overwrite``; checked before any work."""
     path = Path(path)
     if path.suffix not in FORMATS:
-        raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}, got {path.suffix or 'no suffix'!r}")
+        raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}, "
+                          f"got {path.suffix or 'no suffix'!r}")
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; give a file name")
     if path.exists() and not overwrite:
@@ -130,9 +133,11 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
     """Write ``records`` to ``path`` (.npz or .jsonl, by its suffix) atomically; returns the path."""
     path = Path(path)
     if path.suffix == ".npz":
-        arrays = {"format": np.array(FORMAT),
-                  "records": np.array(json.dumps([record.describe() for record in records], ensure_ascii=False))}
-        arrays.update({f"weights_{number}": record.weights for number, record in enumerate(records)})
+        arrays: dict[str, Any] = {
+            "format": np.array(FORMAT),
+            "records": np.array(json.dumps([record.describe() for record in records], ensure_ascii=False)),
+            **{f"weights_{number}": record.weights for number, record in enumerate(records)},
+        }
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
         return write_bytes_atomic(path, buffer.getvalue())

@@ -173,8 +173,8 @@ def plot_attention(
         figure.suptitle(title, fontsize=layout.fontsize + 2, y=1.0 - 0.15 / layout.figure_size[1], va="top",
                         parse_math=False)
     with atomic_writer(target) as handle:
-        options = {"format": chosen_format, "bbox_inches": "tight", "pad_inches": 0.12,
-                   "metadata": plot_metadata(chosen_format, title)}
+        options: dict[str, Any] = {"format": chosen_format, "bbox_inches": "tight", "pad_inches": 0.12,
+                                   "metadata": plot_metadata(chosen_format, title)}
         if chosen_format == "svg":
             with _SVG_SAVE_LOCK, matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "attnmt"}):
                 figure.savefig(handle, **options)
@@ -196,7 +196,7 @@ def _draw_matrix(figure: Figure, layout: _Layout, matrix: np.ndarray, src_labels
     fontsize = layout.fontsize
     axes.set_xticks(range(columns))
     axes.set_yticks(range(rows))
-    text_style = {"fontsize": fontsize, "parse_math": False}  # "$" in a token is not TeX
+    text_style: dict[str, Any] = {"fontsize": fontsize, "parse_math": False}  # "$" in a token is not TeX
     axes.set_xticklabels(src_labels, rotation=60, ha="left", va="bottom", rotation_mode="anchor", **text_style)
     axes.set_yticklabels(out_labels, **text_style)
     axes.xaxis.tick_top()

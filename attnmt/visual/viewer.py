@@ -36,7 +36,7 @@ def _viewer_template() -> str:
     return (Path(__file__).with_name(_TEMPLATE_NAME)).read_text(encoding="utf-8")
 
 
-def _rounded(matrix: np.ndarray) -> list[list[float]]:
+def _rounded(matrix: np.ndarray) -> list[list[float | None]]:
     """Weights with 4 decimals (what the viewer shows, and a compact file); NaN becomes null."""
     return [[round(float(value), 4) if math.isfinite(value) else None for value in row] for row in matrix]
 
@@ -119,7 +119,8 @@ def _example_html(index: int, example: dict[str, Any]) -> str:
         for number, (name, _) in enumerate(example["matrices"])
     )
     chooser = (
-        f'<label class="chooser">attention <select class="matrix-select" aria-label="attention matrix">{options}</select></label>'
+        '<label class="chooser">attention <select class="matrix-select" aria-label="attention matrix">'
+        f'{options}</select></label>'
         if len(example["matrices"]) > 1 else
         f'<span class="chooser">attention: {e(example["matrices"][0][0])}</span>'
     )
