@@ -1,4 +1,4 @@
-"""How attnmt holds up when things go wrong, measured in bulk (issue 19).
+"""How attnmt holds up when things go wrong, measured in bulk.
 
 1. Killed training. One small training (a made-up task, one thread, a checkpoint every 3 steps) is
    SIGKILLed at ``--kills`` random moments; every fourth kill waits for a checkpoint being written
@@ -72,6 +72,7 @@ def _test_helpers():
     spec = importlib.util.spec_from_file_location("attnmt_test_helpers", PROJECT / "tests" / "helpers.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -59,7 +59,7 @@ HF_OPTIONS = ("layer", "head", "shift")  # of any translator, a run or a Hugging
 RUN_OPTIONS = ("checkpoint", "src_lang", "max_tokens", "threads")  # of a run
 VECTOR_OPTIONS = ("temperature", "distortion")
 #: share of vector attention in the geometric mean with translators, chosen on the 37 trial pairs of
-#: the HLT-NAACL 2003 gold with the two Hansards translators (benchmarks/alignment.py)
+#: the HLT-NAACL 2003 gold with the two Hansards translators (benchmarks/alignment_translator.py)
 DEFAULT_VECTOR_WEIGHT = 0.7
 
 

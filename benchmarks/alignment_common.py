@@ -1,0 +1,88 @@
+"""What the alignment benchmarks share: where the Hansards data and the gold are, the results file
+(one section per question, the others kept), the published figures, and printing a table of rows.
+
+The protocol itself (choose on trial, score on test, paired bootstrap, error analysis) is a tested
+module of the library: ``attnmt.alignment.protocol``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+from portable import DATA, PROJECT, portable
+
+from attnmt.alignment.protocol import GoldSplit, read_gold_split
+from attnmt.data.corpus import read_parallel
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
+
+HANSARDS = DATA / "hansards-en-fr"
+GOLD = DATA / "alignment-gold" / "hansards-en-fr"
+RESULTS = PROJECT / "benchmarks" / "results" / "alignment.json"
+
+#: AER on this test set, for orientation (see docs/results.md for the sources)
+PUBLISHED = {
+    "fast_align": "0.105-0.153",
+    "static-embedding similarity aligner (SimAlign, fastText)": "0.22",
+    "eflomal": "0.081",
+}
+
+
+def require_data() -> None:
+    """Exit with a one-line message when the Hansards data or the gold is absent."""
+    if not GOLD.is_dir() or not HANSARDS.is_dir():
+        print(f"needs {HANSARDS} and {GOLD} (the shared data folder beside the project)", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def gold_splits(lowercase: bool) -> tuple[GoldSplit, GoldSplit]:
+    """The 37 trial and the 447 test pairs of the HLT-NAACL 2003 English–French gold."""
+    return read_gold_split(GOLD, "trial", lowercase=lowercase), read_gold_split(GOLD, "test", lowercase=lowercase)
+
+
+def training_words() -> tuple[list[list[str]], list[list[str]]]:
+    """The 220k Hansards training pairs as lists of words (split on spaces)."""
+    corpus = read_parallel(HANSARDS / "train.en.gz", HANSARDS / "train.fr.gz")
+    return [line.split() for line in corpus.src], [line.split() for line in corpus.tgt]
+
+
+def read_results(out: Path) -> dict:
+    """The results file's sections (none when it does not exist yet)."""
+    return json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+
+
+def write_section(out: Path, name: str, section: dict) -> None:
+    """Set ``results[name]`` in the JSON file ``out``, keeping its other sections; atomic."""
+    results = read_results(out)
+    results[name] = portable(section)
+    write_text_atomic(out, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {out}")
+
+
+def print_rows(title: str, rows: dict[str, dict]) -> None:
+    """Rows of ``attnmt.alignment.protocol.scored_row`` as a table: trial AER, test AER with its
+    95% interval, precision and recall."""
+    print()
+    print(title)
+    print(format_table(
+        ["configuration", "trial", "AER", "95% interval", "precision", "recall"],
+        [[name, row["trial_aer"], row["aer"], f"{row['aer_95_interval'][0]:.3f}-{row['aer_95_interval'][1]:.3f}",
+          row["precision"], row["recall"]] for name, row in rows.items()], digits=3))
+
+
+def package_version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def machine(*packages: str) -> str:
+    """One line: the machine, Python, NumPy and the given packages' versions."""
+    extra = "".join(f" {package} {package_version(package)}" for package in packages)
+    return f"{platform.machine()} {platform.python_version()} numpy {np.__version__}{extra}"
