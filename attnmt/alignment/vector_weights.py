@@ -36,6 +36,7 @@ trial pairs of the HLT-NAACL 2003 English–French gold (never on its test set) 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -91,10 +92,20 @@ class VectorScoring:
         return cls(normalize="none", temperature=None, distortion=0.0)
 
     @classmethod
+    def seed(cls) -> VectorScoring:
+        """Deprecated name of ``scaled_dot`` (removed in 0.3)."""
+        warnings.warn("VectorScoring.seed is deprecated; use VectorScoring.scaled_dot", DeprecationWarning,
+                      stacklevel=2)
+        return cls.scaled_dot()
+
+    @classmethod
     def named(cls, name: str, temperature: float | None = None, distortion: float | None = None) -> VectorScoring:
         """``"cosine"`` (defaults tuned on the trial set) or ``"scaled_dot"``, with optional overrides
         (``"seed"``, its name before 0.2.0, is read as ``"scaled_dot"`` until 0.3)."""
-        name = OLD_SCORINGS.get(name, name)
+        if name in OLD_SCORINGS:
+            warnings.warn(f"scoring {name!r} is called {OLD_SCORINGS[name]!r} since attnmt 0.2.0; the old name "
+                          "is read until 0.3", DeprecationWarning, stacklevel=2)
+            name = OLD_SCORINGS[name]
         if name == "scaled_dot":
             base = cls.scaled_dot()
         elif name == "cosine":

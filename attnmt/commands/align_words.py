@@ -40,7 +40,7 @@ def scoring_from_arguments(args: argparse.Namespace):
         warnings.warn(f"--scoring {args.scoring} is called --scoring {OLD_SCORINGS[args.scoring]} since attnmt 0.2.0; "
                       "the old name is read until 0.3", FutureWarning, stacklevel=2)
     try:
-        return VectorScoring.named(args.scoring, args.temperature, args.distortion)
+        return VectorScoring.named(OLD_SCORINGS.get(args.scoring, args.scoring), args.temperature, args.distortion)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

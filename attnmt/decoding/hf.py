@@ -34,6 +34,7 @@ from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, SpecialIds,
 from attnmt.runs.run_config import SearchConfig
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.device import check_device_name, describe, resolve_device
+from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["HFReadout", "HFTranslator"]
 
@@ -69,6 +70,7 @@ class HFReadout(torch.nn.Module):
 class HFTranslator:
     """A Hugging Face encoder–decoder model with attnmt's translator interface (module docstring)."""
 
+    @renamed_parameters(search="search_config")
     def __init__(self, model, tokenizer, name: str, search_config: SearchConfig | None = None) -> None:
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
         self.search_config = search_config or SearchConfig()
@@ -82,6 +84,13 @@ class HFTranslator:
         self.decoder_start = int(decoder_start)
         self.specials = SpecialIds(pad=int(tokenizer.pad_token_id), start=self.decoder_start)
         self.readout = HFReadout(self.model, name).eval()  # the wrapper keeps the model in eval mode
+
+    @property
+    def search(self) -> SearchConfig:
+        """Deprecated name of ``search_config`` (removed in 0.3)."""
+        warnings.warn("HFTranslator.search is deprecated; use HFTranslator.search_config", DeprecationWarning,
+                      stacklevel=2)
+        return self.search_config
 
     @classmethod
     def load(cls, name: str, device: str = "auto") -> HFTranslator:
@@ -222,3 +231,9 @@ class HFTranslator:
         for index, reading in self.force_decode(sources, outputs, progress=progress):
             weights[index] = reading.weights
         return weights
+
+    def layer_head_attention(self, translation: Translation) -> np.ndarray:
+        """Deprecated (removed in 0.3): ``read_attention([translation])[0]``."""
+        warnings.warn("HFTranslator.layer_head_attention is deprecated; use HFTranslator.read_attention",
+                      DeprecationWarning, stacklevel=2)
+        return self.read_attention([translation])[0]

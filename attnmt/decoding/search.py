@@ -56,6 +56,7 @@ import torch.nn.functional as F
 
 from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from attnmt.runs.run_config import SearchConfig
+from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
@@ -202,6 +203,7 @@ def greedy_search(
 # ================================================================================================
 
 
+@renamed_parameters(beam_size="beam")
 def beam_search(
     model,
     src: torch.Tensor,

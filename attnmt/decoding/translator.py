@@ -48,6 +48,7 @@ from attnmt.runtime.device import (
     resolve_device,
 )
 from attnmt.runtime.precision import autocast, check_precision
+from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["Translation", "Translations", "Translator"]
 
@@ -83,6 +84,7 @@ class Translator:
     translator was loaded from a run, ``progress`` the position its checkpoint was written at
     (step, epoch, elapsed_seconds, stop_reason; empty when unknown)."""
 
+    @renamed_parameters(search="search_config")
     def __init__(
         self,
         model,

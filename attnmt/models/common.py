@@ -3,30 +3,13 @@ parameter counting, and naming a layer and head of cross-attention."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 import torch
 
 from attnmt.errors import ConfigError
 
-__all__ = ["check_target_mask", "count_parameters", "default_layer", "log_probabilities", "renamed_keys",
+__all__ = ["check_target_mask", "count_parameters", "default_layer", "log_probabilities",
            "resolve_position"]
-
-
-def renamed_keys(values: dict[str, Any], renames: Mapping[str, str], section: str) -> dict[str, Any]:
-    """``values`` with the keys of older versions (``renames``: old name -> name now) under their
-    names now: run folders and checkpoints written before a rename keep loading. ConfigError when
-    both names are given."""
-    values = dict(values)
-    for old, new in renames.items():
-        if old in values:
-            if new in values:
-                raise ConfigError(f"{section}: {old} and {new} are one option ({old} is its name before 0.2.0); "
-                                  f"give only {new}")
-            values[new] = values.pop(old)
-    return values
 
 
 def check_target_mask(tgt_mask, tgt_in):

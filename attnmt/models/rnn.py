@@ -68,7 +68,8 @@ from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import Attention, PreparedKeys, build_attention, canonical_name
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
-from attnmt.models.common import check_target_mask, log_probabilities, renamed_keys
+from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.runtime.renames import renamed_keys
 
 __all__ = [
     "CELLS",
@@ -231,7 +232,7 @@ class RNNEncoderOutput:
     states:       [B, S, 2H_e]  h̄_t (zeros at padding)
     mask:         [B, S]        bool, True = real source token
     prepared:     the attention's PreparedKeys (keys projected once per batch)
-    sentence:     [L_d, B, H]   h_sent, the decoder's initial state per layer (eq. 7)
+    sentence:     [L_d, B, H]   h_sent, the decoder's initial state per layer
     beams:        decoder rows per sentence: 1, or K after ``with_beams(K)``, when rows
                   b·K … b·K + K − 1 of the decoder state are the K beams of sentence b
     """
@@ -331,7 +332,7 @@ class RNNSeq2Seq(nn.Module):
         E, H, D_enc = config.embed_dim, config.hidden_dim, config.encoder_state_dim
         rnn_class = nn.LSTM if config.cell == "lstm" else nn.GRU
 
-        # Encoder (eqs. 3–7).
+        # Encoder (module docstring).
         self.src_embedding = nn.Embedding(src_vocab_size, E, padding_idx=PAD_ID)
         self.encoder_rnn = rnn_class(
             E, D_enc // 2, num_layers=config.encoder_layers, batch_first=True, bidirectional=True,
@@ -344,7 +345,7 @@ class RNNSeq2Seq(nn.Module):
         self.attention_heads = self.attention.num_heads
         D_c = self.attention.output_dim
 
-        # Decoder (eqs. 9–10, or the Bahdanau / Luong recurrences).
+        # Decoder (the parallel flow's LSTM, or the Bahdanau / Luong recurrences).
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, E, padding_idx=PAD_ID)
         extra_input = {"parallel": 0, "bahdanau": D_c, "luong": H}[config.flow]
         self.decoder_rnn = rnn_class(
@@ -359,7 +360,7 @@ class RNNSeq2Seq(nn.Module):
         if config.output_embedding:
             output_input += E
 
-        # Output layer (eq. 12): W_o x + b_o, or W_d (W_p x) + b with tied embeddings.
+        # Output layer: W_o x + b_o, or W_d (W_p x) + b with tied embeddings.
         if config.tie_output:
             self.output_projection = nn.Linear(output_input, E, bias=False) if output_input != E else nn.Identity()
             self.output_bias = nn.Parameter(torch.zeros(tgt_vocab_size))
@@ -378,7 +379,7 @@ class RNNSeq2Seq(nn.Module):
     # --------------------------------------------------------------------------------------------
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> RNNEncoderOutput:
-        """src [B, S] long, src_mask [B, S] bool (right-padded) -> RNNEncoderOutput (eqs. 3–7)."""
+        """src [B, S] long, src_mask [B, S] bool (right-padded) -> RNNEncoderOutput (module docstring)."""
         lengths = _check_source(src, src_mask)
         _check_autocast(self.config.cell, src.device)
         embedded = self.dropout(self.src_embedding(src))  # z: [B, S, E]
@@ -427,7 +428,7 @@ class RNNSeq2Seq(nn.Module):
         return inputs, torch.stack(finals).view(rnn.num_layers, 2, B, -1)
 
     def init_decoder_state(self, encoded: RNNEncoderOutput) -> RNNDecoderState:
-        """h_0 = h_sent (eq. 8); c_0 = 0 for an LSTM; h̃_0 = 0 for the ``luong`` flow.
+        """h_0 = h_sent; c_0 = 0 for an LSTM; h̃_0 = 0 for the ``luong`` flow.
         [L_d, B·K, H] with K = ``encoded.beams``."""
         hidden = encoded.sentence
         if encoded.beams > 1:
@@ -476,7 +477,7 @@ class RNNSeq2Seq(nn.Module):
         return logits, (weights if return_attention else None)
 
     def _parallel_decoder(self, embedded, state, prepared, heads):
-        """All T steps at once (eqs. 10–11): one RNN call, one batched attention.
+        """All T steps at once (the parallel flow): one RNN call, one batched attention.
 
         embedded [B, T, E] -> features [B, T, D_c + H (+E)], weights [B, T, S] or [B, h, T, S].
         """

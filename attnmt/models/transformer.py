@@ -57,7 +57,8 @@ from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
-from attnmt.models.common import check_target_mask, log_probabilities, renamed_keys
+from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.runtime.renames import renamed_keys
 
 __all__ = [
     "DecoderLayer",

@@ -7,6 +7,7 @@
 - ``checks``: is a value an integer, a finite number; a config dataclass from a mapping.
 - ``choices``: the choice lists the command line offers, importable without torch or NumPy.
 - ``lazy``: a package's public names, imported when first used.
+- ``renames``: the names of an older version (config keys, parameters) that still work, with a warning.
 
 This ``__init__`` imports nothing, so that ``attnmt.runtime.choices`` stays light.
 """

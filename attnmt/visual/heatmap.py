@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 
 from attnmt.data.pieces import as_matrix, as_tokens, check_matrix_shape, merge_subwords
 from attnmt.runtime.atomic_files import atomic_writer, check_target
+from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["PLOT_FORMATS", "plot_attention", "plot_metadata"]
 
@@ -120,6 +121,7 @@ class _Layout:
                 self.BAR_WIDTH / figure_width, bar_height / figure_height)
 
 
+@renamed_parameters(tgt_tokens="out_tokens")
 def plot_attention(
     weights: Any,
     src_tokens: list[str] | tuple[str, ...],
