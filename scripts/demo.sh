@@ -10,7 +10,7 @@ OUT=${DEMO_OUT:-demo}
 MINUTES=${DEMO_MINUTES:-5}
 mkdir -p "$OUT"
 # glibc keeps freed memory instead of unmapping large blocks and faulting them in again at every
-# step: 1.6x the training tokens/s on the machine measured (benchmarks/allocator.py, docs/results.md).
+# step: more training tokens/s (benchmarks/allocator.py; the figures are in docs/results.md).
 export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-1073741824}
 export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-17179869184}
 export MALLOC_TOP_PAD_=${MALLOC_TOP_PAD_:-268435456}
