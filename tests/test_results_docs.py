@@ -1,122 +1,185 @@
-"""Every figure in docs/results.md and README.md is in the result file its table or paragraph names.
+"""Every figure in README.md and docs/*.md is the value of one key of a results file.
 
-A table or a paragraph is preceded by ``<!-- figures from: benchmarks/results/A.json [B.json ...] -->``.
-In a table, each number in its cells (not the first column, which labels the row, nor a column of
-settings, nor a target written in parentheses) must equal, at the decimals it is printed with, a
-number in one of those files. In a paragraph, every number must too (as a percentage, in
-microseconds or in millions when it says so), but for counts below 10 ("2 cores", "beam 5"); code
-spans (commands, settings, signatures) are not figures. Result files name no absolute path of the
-machine that wrote them."""
+A table or a paragraph with figures is preceded by a comment that names, in order, the key of each
+figure in it (the lines after the comment, up to a blank line)::
+
+    <!-- figures from alignment.json:students_plustest_120
+    rows/{both, agreement >= 0.4}/aer  rows/{both, agreement >= 0.4}/aer_95_interval/{0|1}  =
+    -->
+
+- ``FILE[:BASE]``: a file of ``benchmarks/results/``, and the path inside it the keys start from.
+- A key is a path of JSON keys and list indices joined by ``/`` (from the file's root when it
+  starts with ``/``; ``OTHER.json:/path`` reads another file); a ``/`` inside a JSON key is written
+  ``~1`` and a ``~`` ``~0``, as in a JSON pointer. Keys are split on whitespace, so a key with
+  spaces is quoted. ``{a|b|c}`` stands for several keys, one after the other;
+  ``x/{a|b}/{c|d}`` is x/a/c, x/a/d, x/b/c, x/b/d: a table's cells row by row.
+- ``=`` marks a number that is not measured here: a setting or a count given beforehand (37 trial
+  pairs, τ = 0.4), a target, or a published figure.
+
+Figures, in reading order: in a table every number of a cell after the first column (the row's
+label) and of a column of settings (a "method", "configuration" or "shapes"), but for targets in
+parentheses, row by row; in a paragraph every number but for code spans (commands, settings,
+signatures), integers below 10 ("2 cores", "beam 5") and years. A figure printed
+with d decimals must equal its key's value rounded to d places (a tie may round either way), as a
+percentage when followed by %, in millions with M, in microseconds with µs. On the results pages
+(docs/results.md, docs/alignment-history.md) a table or paragraph with a decimal figure or a
+percentage must be marked. Result files name no absolute path of the machine that wrote them.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import shlex
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
-RESULTS_DOC = PROJECT / "docs" / "results.md"
-DOCS = (RESULTS_DOC, PROJECT / "README.md")
-MARKER = re.compile(r"<!-- figures from: ([^>]+?) -->")
-NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
-SETTING_COLUMNS = ("shapes", "method")
+RESULTS = PROJECT / "benchmarks" / "results"
+DOCS = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
+MARKER = re.compile(r"<!-- figures from (\S+)(.*?)-->", re.DOTALL)
+FIGURE = re.compile(r"(?<![\w.])(?<!\d,)([-+−]?)(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(M|%| µs)?(?!\w|[.,]\d)")
+SETTING_COLUMNS = ("method", "configuration", "shapes")  # a table's columns of settings, not figures
+UNITS = {"": 1.0, "M": 1e-6, "%": 100.0, " µs": 1e6}  # how a stored value is scaled to print with the unit
+SETTING = "="
 
 
-def _numbers_in(value) -> list[float]:
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    if isinstance(value, dict):
-        return [n for item in value.values() for n in _numbers_in(item)]
-    if isinstance(value, list):
-        return [n for item in value for n in _numbers_in(item)]
-    return []
+def _expand(token: str) -> list[str]:
+    """``x/{a|b}/y`` -> [x/a/y, x/b/y]; several braces multiply, the first varying slowest."""
+    parts = re.split(r"\{([^{}]*)\}", token)
+    choices = [[part] if index % 2 == 0 else part.split("|") for index, part in enumerate(parts)]
+    return ["".join(combination) for combination in itertools.product(*choices)]
+
+
+@cache
+def _results(name: str):
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _lookup(name: str, path: str):
+    value = _results(name)
+    for escaped in filter(None, path.split("/")):
+        key = escaped.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, list):
+            value = value[int(key)]
+        else:
+            value = value[key]
+    return value
+
+
+def _strip_code(text: str) -> str:
+    return re.sub(r"`[^`]*`", "", text)
+
+
+def _figures(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(sign, number, unit) of every figure of a block, in reading order (module docstring)."""
+    if lines[0].startswith("|"):
+        header = [cell.strip().lower() for cell in lines[0].strip().strip("|").split("|")]
+        found = []
+        for row in lines[2:]:
+            cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+            for name, cell in list(zip(header, cells))[1:]:
+                if not any(word in name for word in SETTING_COLUMNS):
+                    found += FIGURE.findall(re.sub(r"\([^)]*\)", "", _strip_code(cell)))
+        return found
+    return [(sign, number, unit) for sign, number, unit in FIGURE.findall(_strip_code(" ".join(lines)))
+            if "." in number or unit or (float(number.replace(",", "")) >= 10 and not _year(number))]
+
+
+def _year(number: str) -> bool:
+    """A year, as in a citation (Zenkel et al., 2020): not a figure."""
+    return number.isdigit() and 1950 <= int(number) < 2050
 
 
 def _blocks():
-    """(files, lines) of every marked block of the docs: the lines after a marker, up to a blank line."""
+    """(doc, line number, file, base, keys, block lines) of every marked block of the docs."""
     for doc in DOCS:
-        lines = doc.read_text(encoding="utf-8").splitlines()
-        for index, line in enumerate(lines):
-            match = MARKER.search(line)
-            if match:
-                block = []
-                for following in lines[index + 1:]:
-                    if not following.strip():
-                        break
-                    block.append(following)
-                yield match.group(1).split(), block
+        text = doc.read_text(encoding="utf-8")
+        for match in MARKER.finditer(text):
+            file, _, base = match.group(1).partition(":")
+            keys = [key for token in shlex.split(match.group(2)) for key in _expand(token)]
+            following = text[match.end():].split("\n")[1:]
+            block = list(itertools.takewhile(str.strip, following))
+            yield doc, text[:match.start()].count("\n") + 1, file, base, keys, block
 
 
-def _tables():
-    for files, block in _blocks():
-        if block[0].startswith("|"):
-            yield files, [[cell.strip() for cell in row.strip("|").split("|")] for row in block if row.startswith("|")]
+BLOCKS = list(_blocks())
 
 
-def _paragraphs():
-    for files, block in _blocks():
-        if not block[0].startswith("|"):
-            yield files, " ".join(block)
+def _check(figure: tuple[str, str, str], key: str, file: str, base: str) -> str | None:
+    """None when the figure prints the key's value, else what is wrong."""
+    if key == SETTING:
+        return None
+    name, _, path = key.rpartition(":") if ":" in key else (file, "", key)
+    path = path if path.startswith("/") else f"{base}/{path}"
+    try:
+        value = _lookup(name, path)
+    except (KeyError, IndexError, ValueError, TypeError):
+        return f"{name}:{path} is not in the file"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{name}:{path} is {value!r}, not a number"
+    sign, number, unit = figure
+    decimals = len(number.split(".")[1]) if "." in number else 0
+    printed = float(number.replace(",", "")) * (-1 if sign in "-−" and sign else 1)
+    if abs(value * UNITS[unit] - printed) > 0.5 * 10 ** -decimals + 1e-9:
+        return f"{sign}{number}{unit} is not {name}:{path} = {value}"
+    return None
 
 
-def _found(figure: float, decimals: int, values: list[float]) -> bool:
-    """A value that prints as ``figure`` with ``decimals`` decimals (a tie may round either way)."""
-    return any(abs(value - figure) <= 0.5 * 10 ** -decimals + 1e-9 for value in values)
+@pytest.mark.parametrize("doc, line, file, base, keys, block", BLOCKS,
+                         ids=[f"{doc.name}:{line}" for doc, line, *_ in BLOCKS])
+def test_every_figure_is_the_value_of_its_key(doc, line, file, base, keys, block):
+    figures = _figures(block)
+    printed = [sign + number + unit for sign, number, unit in figures]
+    assert len(figures) == len(keys), f"{len(figures)} figures {printed} but {len(keys)} keys"
+    problems = [problem for figure, key in zip(figures, keys) if (problem := _check(figure, key, file, base))]
+    assert not problems, problems
 
 
-def _values(files: list[str]) -> list[float]:
-    return [n for name in files for n in _numbers_in(json.loads((PROJECT / name).read_text(encoding="utf-8")))]
+def _unmarked_blocks(doc: Path):
+    """The paragraphs and tables of ``doc`` (outside code blocks) that no marker precedes."""
+    text = MARKER.sub("\x00", doc.read_text(encoding="utf-8"))  # a marker: a line of its own
+    in_code, block = False, []
+    for line in [*text.split("\n"), ""]:
+        if line.startswith("```"):
+            in_code = not in_code
+        elif in_code:
+            continue
+        elif line.strip():
+            block.append(line)
+        else:
+            if block and not block[0].startswith("\x00"):
+                yield block
+            block = []
 
 
-def test_every_result_table_names_its_files():
-    tables = list(_tables())
-    assert len(tables) == RESULTS_DOC.read_text(encoding="utf-8").count("\n|---") >= 6  # every table is marked
-    assert all(len(table) > 2 for _, table in tables)
-    assert len(list(_paragraphs())) >= 1
+RESULT_PAGES = [PROJECT / "docs" / "results.md", PROJECT / "docs" / "alignment-history.md"]
 
 
-@pytest.mark.parametrize("files,table", list(_tables()), ids=[Path(files[0]).stem for files, _ in _tables()])
-def test_every_figure_of_a_table_is_in_its_result_file(files, table):
-    values = _values(files)
-    header, rows = table[0], table[2:]
-    missing = []
-    for row in rows:
-        for column, cell in enumerate(row[1:], start=1):
-            if any(word in header[column].lower() for word in SETTING_COLUMNS):
-                continue
-            cell = re.sub(r"\([^)]*\)", "", cell)  # "(≤ 1.10)": a target, not a measurement
-            for text in NUMBER.findall(cell):
-                decimals = len(text.split(".")[1]) if "." in text else 0
-                figure = float(text.replace(",", ""))
-                if not _found(figure, decimals, values):
-                    missing.append(f"{row[0]} / {header[column]}: {text}")
-    assert not missing, f"not in {', '.join(files)}: {missing}"
+@pytest.mark.parametrize("doc", RESULT_PAGES, ids=[doc.name for doc in RESULT_PAGES])
+def test_every_block_with_a_measured_figure_is_marked(doc):
+    unmarked = []
+    for block in _unmarked_blocks(doc):
+        text = _strip_code(" ".join(line for line in block if not line.startswith("#")))
+        if any("." in number or unit for _, number, unit in FIGURE.findall(text)):
+            unmarked.append(block[0][:80])
+    assert not unmarked, f"paragraphs or tables with figures but no marker: {unmarked}"
 
 
-PROSE_FIGURE = re.compile(r"(?<![\w.,-])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(M|%| µs)?(?![\w.,])")
-UNITS = {"": 1.0, "M": 1e-6, "%": 100.0, " µs": 1e6}  # how a stored value is scaled to print with the unit
-
-
-@pytest.mark.parametrize("files,text", list(_paragraphs()), ids=[Path(files[0]).stem for files, _ in _paragraphs()])
-def test_every_figure_of_a_paragraph_is_in_its_result_file(files, text):
-    values = _values(files)
-    text = re.sub(r"`[^`]*`", "", text)  # commands, config names and signatures are not figures
-    missing = []
-    for number, unit in PROSE_FIGURE.findall(text):
-        decimals = len(number.split(".")[1]) if "." in number else 0
-        figure = float(number.replace(",", ""))
-        if decimals == 0 and figure < 10 and not unit:
-            continue  # small counts ("2 cores", "beam 5") are settings, not measurements
-        if not _found(figure, decimals, [value * UNITS[unit or ""] for value in values]):
-            missing.append(number + (unit or ""))
-    assert not missing, f"not in {', '.join(files)}: {missing}"
+def test_the_check_tells_a_near_figure_from_the_right_one():
+    """One key, not any number of the file: 0.0484 is students_plustest_120's AER, 0.0485 is not."""
+    key = "rows/both, agreement >= 0.4/aer"
+    assert _check(("", "0.0484", ""), key, "alignment.json", "students_plustest_120") is None
+    assert _check(("", "0.0485", ""), key, "alignment.json", "students_plustest_120") is not None
+    assert _check(("", "0.0484", ""), "rows/both, agreement >= 0.5/aer", "alignment.json",
+                  "students_plustest_120") is None  # τ = 0.5 gives the same on test, as the docs say
+    assert _expand("a/{b|c}/{d|e}") == ["a/b/d", "a/b/e", "a/c/d", "a/c/e"]
 
 
 def test_result_files_hold_no_absolute_paths_of_this_machine():
-    for path in sorted((PROJECT / "benchmarks" / "results").glob("*.json")):
+    for path in sorted(RESULTS.rglob("*.json")):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"(?<![\w.])/(work|root|home|tmp)/", text), path.name
