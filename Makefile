@@ -27,7 +27,7 @@ test: install
 	$(PY) -m pytest -q
 
 lint: install
-	$(VENV)/bin/ruff check attnmt tests benchmarks scripts
+	$(VENV)/bin/ruff check attnmt tests benchmarks scripts examples
 	$(VENV)/bin/mypy
 
 bench: install
