@@ -23,8 +23,11 @@ from attnmt.runtime.lazy import lazy_exports
 #: public name -> the module that defines it
 _HOMES = {
     # attention
-    "ATTENTION_TYPES": "attnmt.attention.mechanisms",
-    "build_attention": "attnmt.attention.mechanisms",
+    "ATTENTION_TYPES": "attnmt.attention.registry",
+    "build_attention": "attnmt.attention.registry",
+    "register_attention": "attnmt.attention.registry",
+    "Attention": "attnmt.attention.mechanisms",
+    "PreparedKeys": "attnmt.attention.mechanisms",
     "MultiHeadAttention": "attnmt.attention.multihead",
     "scaled_dot_product_attention": "attnmt.attention.functional",
     # configs and runs

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from attnmt.attention.functional import padding_mask
-from attnmt.attention.mechanisms import ATTENTION_TYPES, canonical_name
+from attnmt.attention.registry import ATTENTION_TYPES, canonical_name
 from attnmt.decoding.search import greedy_search
 from attnmt.errors import ConfigError
 from attnmt.models import build_model, count_parameters

@@ -210,9 +210,10 @@ class TranslatorAligner:
         renormalize: bool | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
+        trust_run_code: bool = False,
     ):
         self.translator = run if isinstance(run, (Translator, HFTranslator)) else \
-            Translator.load(run, checkpoint, num_threads)
+            Translator.load(run, checkpoint, num_threads, trust_run_code=trust_run_code)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"TranslatorAligner: max_tokens must be a positive integer, got {max_tokens!r}")
         if isinstance(self.translator, HFTranslator):

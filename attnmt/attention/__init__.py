@@ -2,7 +2,9 @@
 
 - ``reference``: float64 NumPy reference implementations (the ground truth of the tests).
 - ``functional``: the torch core, ``scaled_dot_product_attention`` and the masks.
-- ``mechanisms``: single-query mechanisms for recurrent decoders and the registry of names.
+- ``mechanisms``: single-query mechanisms for recurrent decoders.
+- ``registry``: the one registry of names (``build_attention``), built-in and the user's own.
+- ``user``: mechanisms users write: the contract, ``register_attention``, the trust check of runs.
 - ``multihead``: ``MultiHeadAttention`` (also importable from here).
 
 Masks are boolean with True = may attend; shapes are batch-first. What one head can compute is
@@ -15,16 +17,11 @@ from attnmt.attention.functional import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from attnmt.attention.mechanisms import (
-    ATTENTION_TYPES,
-    Attention,
-    PreparedKeys,
-    build_attention,
-    canonical_name,
-)
+from attnmt.attention.mechanisms import Attention, PreparedKeys
 from attnmt.attention.multihead import MultiHeadAttention
+from attnmt.attention.registry import ATTENTION_TYPES, build_attention, canonical_name, register_attention
 
 __all__ = [
     "ATTENTION_TYPES", "Attention", "MultiHeadAttention", "PreparedKeys", "build_attention", "canonical_name",
-    "causal_mask", "masked_softmax", "padding_mask", "scaled_dot_product_attention",
+    "causal_mask", "masked_softmax", "padding_mask", "register_attention", "scaled_dot_product_attention",
 ]

@@ -1,4 +1,4 @@
-"""Single-query attention mechanisms for recurrent decoders, and the registry of their names.
+"""Single-query attention mechanisms for recurrent decoders.
 
 A recurrent decoder asks one question per sentence and step: given its state ``h`` (the query)
 and the encoder states ``h̄_1 … h̄_S`` (keys and values), which source positions matter now?
@@ -20,9 +20,8 @@ behind one interface::
 ``parallel`` decoder flow trains without a Python loop over time. ``prepare`` does everything that
 depends only on the keys (their projections), so a decoding step costs O(S·d) instead of O(S·d²).
 
-``build_attention(name, query_dim, key_dim, value_dim=None, **options)`` makes one by name;
-``ATTENTION_TYPES`` lists the names (aliases included). A row of ``mask`` with no True entry gives
-zero weights and a zero context.
+``attnmt.attention.registry`` makes one by name (``build_attention``), built-in or a user's own.
+A row of ``mask`` with no True entry gives zero weights and a zero context.
 """
 
 from __future__ import annotations
@@ -37,7 +36,9 @@ from torch import nn
 from attnmt.attention.functional import masked_softmax
 
 __all__ = [
-    "ATTENTION_TYPES",
+    "BUILTIN_ALIASES",
+    "BUILTIN_BUILDERS",
+    "BUILTIN_NAMES",
     "AdditiveAttention",
     "Attention",
     "DotAttention",
@@ -48,8 +49,6 @@ __all__ = [
     "NoAttention",
     "PreparedKeys",
     "ScaledDotAttention",
-    "build_attention",
-    "canonical_name",
 ]
 
 
@@ -422,7 +421,8 @@ def _local(predictive: bool) -> Callable[..., Attention]:
     return build
 
 
-_BUILDERS: dict[str, Callable[..., Attention]] = {
+#: The built-in mechanisms: name -> constructor (query_dim, key_dim, value_dim=None, **options).
+BUILTIN_BUILDERS: dict[str, Callable[..., Attention]] = {
     "none": NoAttention,
     "mean": MeanAttention,
     "dot": DotAttention,
@@ -433,32 +433,7 @@ _BUILDERS: dict[str, Callable[..., Attention]] = {
     "local-p": _local(predictive=True),
     "multihead": MultiHeadSingleQueryAttention,
 }
-_ALIASES = {"sdp": "scaled_dot", "bahdanau": "additive", "concat": "additive"}
-
-#: Every name ``build_attention`` accepts: the mechanisms, then their aliases.
-ATTENTION_TYPES: tuple[str, ...] = tuple(_BUILDERS) + tuple(_ALIASES)
-
-
-def canonical_name(name: str) -> str:
-    """The registry name behind ``name`` (``sdp`` -> ``scaled_dot``); ValueError if unknown."""
-    if not isinstance(name, str):
-        raise TypeError(f"attention name must be a string, got {type(name).__name__}")
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in _BUILDERS:
-        raise ValueError(f"unknown attention mechanism {name!r}; known names: {', '.join(ATTENTION_TYPES)}")
-    return key
-
-
-def build_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **options) -> Attention:
-    """Build the mechanism called ``name`` (see ``ATTENTION_TYPES``).
-
-    ``options`` go to its constructor: ``kq_dim`` (scaled_dot), ``attention_dim`` (additive),
-    ``window`` and ``position_dim`` (local-m, local-p), ``num_heads`` and ``model_dim`` (multihead).
-    An option the mechanism does not take raises a TypeError naming it.
-    """
-    key = canonical_name(name)
-    try:
-        return _BUILDERS[key](query_dim, key_dim, value_dim, **options)
-    except TypeError as error:
-        raise TypeError(f"attention {key!r}: {error}") from None
+#: Other names of built-in mechanisms.
+BUILTIN_ALIASES = {"sdp": "scaled_dot", "bahdanau": "additive", "concat": "additive"}
+#: Every built-in name: the mechanisms, then their aliases (a user mechanism never takes one).
+BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTIN_BUILDERS) + tuple(BUILTIN_ALIASES)

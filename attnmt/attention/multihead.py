@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.attention.functional import scaled_dot_product_attention
+from attnmt.attention.functional import masked_softmax, scaled_dot_product_attention
 
 __all__ = ["MultiHeadAttention"]
 
@@ -49,6 +49,8 @@ class MultiHeadAttention(nn.Module):
         kdim, vdim: sizes of the keys and values (default E).
         dropout: dropout probability on the attention weights, active in training mode only.
         bias: add biases to the input and output projections.
+        score: a module whose ``score(q [B, h, Lq, d_head], k [B, h, Lk, d_head])`` gives the scores
+            [B, h, Lq, Lk] in place of q·kᵀ/√d_head (a user's mechanism); the masks and the softmax stay.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        score: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if embed_dim <= 0 or num_heads <= 0:
@@ -90,6 +93,8 @@ class MultiHeadAttention(nn.Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        # A user's score(q [B, h, Lq, d_head], k [B, h, Lk, d_head]) -> [B, h, Lq, Lk] in place of q·kᵀ/√d_head.
+        self.score = score
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -178,12 +183,28 @@ class MultiHeadAttention(nn.Module):
         (the output row is then W^O's bias).
         """
         dropout_p = self.dropout if self.training else 0.0
-        heads, weights = scaled_dot_product_attention(
-            q_heads, k_heads, v_heads, mask, dropout_p=dropout_p, need_weights=need_weights
-        )
+        if self.score is not None:
+            heads, weights = self._attend_user_score(q_heads, k_heads, v_heads, mask, dropout_p)
+            weights = weights if need_weights else None
+        else:
+            heads, weights = scaled_dot_product_attention(
+                q_heads, k_heads, v_heads, mask, dropout_p=dropout_p, need_weights=need_weights
+            )
         batch, _, query_length, _ = heads.shape
         concatenated = heads.transpose(1, 2).reshape(batch, query_length, self.embed_dim)
         return self.out_proj(concatenated), weights
+
+    def _attend_user_score(self, q_heads, k_heads, v_heads, mask, dropout_p):
+        """softmax over the allowed keys of the user's scores, then the weighted sum of the values."""
+        assert self.score is not None
+        scores = self.score.score(q_heads, k_heads)
+        expected = (*q_heads.shape[:-1], k_heads.shape[-2])
+        if tuple(scores.shape) != expected:
+            raise ValueError(f"{type(self.score).__name__}.score gave scores of shape {tuple(scores.shape)}; "
+                             f"expected [B, h, Lq, Lk] = {expected}")
+        weights = masked_softmax(scores, mask, dim=-1)
+        attended = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+        return torch.matmul(attended.to(v_heads.dtype), v_heads), weights
 
     def combine_masks(
         self,

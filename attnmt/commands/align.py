@@ -49,7 +49,7 @@ from __future__ import annotations
 import argparse
 
 from attnmt.commands.align_words import add_scoring_arguments
-from attnmt.commands.options import add_device_option, add_hf_option, say
+from attnmt.commands.options import add_device_option, add_hf_option, add_trust_option, say
 from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
@@ -119,6 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help="padded tokens per forward call (default 4000)")
     translator.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     add_device_option(translator)
+    add_trust_option(translator)
     parser.add_argument("--out", required=True, metavar="FILE", help="write the links here, one line per pair")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--gold", default=None, metavar="FILE", help="gold alignment to score the links against")
@@ -218,7 +219,8 @@ def _translator_aligner(args: argparse.Namespace, run: str):
 
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be an integer >= 1, got {args.max_tokens}")
-    translator = Translator.load(run, args.checkpoint or "best", num_threads=args.threads, device=args.device)
+    translator = Translator.load(run, args.checkpoint or "best", num_threads=args.threads, device=args.device,
+                                 trust_run_code=args.trust_run_code)
     say("align", translator.describe())
     languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
     src_lang = args.src_lang or _file_language(args.src, languages)

@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option
+from attnmt.commands.options import add_device_option, add_trust_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="YAML run config shared by every run")
     parser.add_argument("--attention", nargs="+", required=True, metavar="NAME",
-                        help="mechanisms to compare (none, mean, dot, sdp, general, additive, local-m, ...)")
+                        help="mechanisms to compare (none, mean, dot, sdp, general, additive, local-m, ...) "
+                             "and your own as path/to/file.py:ClassName")
     parser.add_argument("--runs", type=int, default=3, metavar="N", help="seeds 1..N per mechanism (default 3)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="comparison folder, e.g. results/NAME")
     parser.add_argument("--max-minutes", type=float, metavar="M", help="training time limit of each run")
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="the config's training.device")
+    add_trust_option(parser)
     parser.add_argument("--verbose", action="store_true", help="print the trainer's per-epoch lines too")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         args.config, args.attention, args.runs, args.out, split=args.split, beam=args.beam,
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
         set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
-        log=lambda line: print(line, flush=True),
+        trust_run_code=args.trust_run_code, log=lambda line: print(line, flush=True),
     )
     print()
     print(comparison.summary_table())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_precision_option, say
+from attnmt.commands.options import add_device_option, add_precision_option, add_trust_option, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
     add_precision_option(parser)
     add_device_option(parser)
+    add_trust_option(parser)
     parser.add_argument("--no-merge-pieces", action="store_true",
                         help="plot subword pieces instead of merging them into words")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -66,6 +67,7 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
         args.run_dir, split=args.split, beam=beam, checkpoint=args.checkpoint, batch_size=args.batch_size,
         return_attention=args.examples > 0, progress=not args.no_progress, precision=args.precision,
         device=args.device, on_load=lambda translator: say("evaluate", translator.describe()),
+        trust_run_code=args.trust_run_code,
     )
     result, report = evaluation.result, evaluation.report
     run_dir = evaluation.json_path.parent
@@ -108,7 +110,7 @@ def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
     evaluation = evaluate_beam_sizes(
         args.run_dir, beams, split=args.split, checkpoint=args.checkpoint, batch_size=args.batch_size,
         progress=not args.no_progress, precision=args.precision, device=args.device,
-        on_load=lambda translator: say("evaluate", translator.describe()),
+        on_load=lambda translator: say("evaluate", translator.describe()), trust_run_code=args.trust_run_code,
     )
     print(evaluation.header)
     print(evaluation.table)

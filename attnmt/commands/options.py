@@ -34,6 +34,13 @@ def add_hf_option(parser: Options, action: str = "store") -> None:
                              + ("; give it twice for both directions" if action == "append" else ""))
 
 
+def add_trust_option(parser: Options) -> None:
+    parser.add_argument("--trust-run-code", action="store_true",
+                        help="for a run trained with your own attention (file.py:Class): when that file has "
+                             "changed or is not on this machine, run the copy the run keeps. Only for runs "
+                             "you trust: the copy is Python code")
+
+
 def load_translator(args: argparse.Namespace):
     """The translator a command reads: the run ``args.run_dir`` (its ``--checkpoint``, ``--precision``),
     or the Hugging Face model ``args.hf``, on ``--device``; ConfigError when neither or both are given."""
@@ -46,7 +53,8 @@ def load_translator(args: argparse.Namespace):
         from attnmt.decoding.translator import Translator
 
         return Translator.load(args.run_dir, getattr(args, "checkpoint", "best"),
-                               precision=getattr(args, "precision", None), device=args.device)
+                               precision=getattr(args, "precision", None), device=args.device,
+                               trust_run_code=getattr(args, "trust_run_code", False))
     if getattr(args, "precision", None) not in (None, "fp32"):
         raise ConfigError("--precision: only fp32 with --hf")
     from attnmt.decoding.hf import HFTranslator

@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option
+from attnmt.commands.options import add_device_option, add_trust_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML run config (optional with --resume: the run's own is used)")
-    parser.add_argument("--attention", metavar="NAME", help="attention mechanism (sets model.attention)")
+    parser.add_argument("--attention", metavar="NAME",
+                        help="attention mechanism (sets model.attention): a built-in name, or your own as "
+                             "path/to/file.py:ClassName or package.module:ClassName (see docs/mechanisms.md)")
     parser.add_argument("--seed", type=int, help="random seed (sets training.seed)")
     parser.add_argument("--out", type=Path, metavar="RUN",
                         help="run folder (default: runs/<config name>-<attention>-seed<seed>)")
@@ -33,12 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="training.device")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
+    add_trust_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _default_out(config, config_path: Path | None) -> Path:
+    from attnmt.attention.registry import folder_label
+
     name = config_path.stem if config_path is not None else "run"
-    attention = config.attention or config.model.type
+    attention = folder_label(config.attention) if config.attention else config.model.type
     return Path("runs") / f"{name}-{attention}-seed{config.training.seed}"
 
 
@@ -81,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         config = requested
 
     try:
-        result = train(config, out, resume=args.resume, show_progress=not args.no_progress)
+        result = train(config, out, resume=args.resume, show_progress=not args.no_progress,
+                       trust_run_code=args.trust_run_code)
         is_main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     finally:
         if dist.is_available() and dist.is_initialized():

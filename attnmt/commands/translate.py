@@ -23,7 +23,14 @@ import io
 import sys
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_hf_option, add_precision_option, load_translator, say
+from attnmt.commands.options import (
+    add_device_option,
+    add_hf_option,
+    add_precision_option,
+    add_trust_option,
+    load_translator,
+    say,
+)
 
 STDIN_CHUNK = 512  # lines translated at once from standard input
 
@@ -47,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_option(parser)
     add_device_option(parser)
     add_hf_option(parser)
+    add_trust_option(parser)
 
 
 def _plot_paths(path: Path, count: int) -> list[Path]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_hf_option, load_translator, say
+from attnmt.commands.options import add_device_option, add_hf_option, add_trust_option, load_translator, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
     add_device_option(parser)
     add_hf_option(parser)
+    add_trust_option(parser)
     parser.add_argument("--src", type=Path, metavar="FILE", help="with --hf: source sentences, one a line")
     parser.add_argument("--ref", type=Path, metavar="FILE", help="with --hf: their reference translations")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give a RUN folder, or a Hugging Face model with --hf MODEL and --src FILE")
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
-    translator = Translator.load(path, device=args.device)
+    translator = Translator.load(path, device=args.device, trust_run_code=args.trust_run_code)
     say("view", translator.describe())
     config = translator.run_config
     assert config is not None  # loaded from a run

@@ -29,13 +29,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnmt.attention.user import UntrustedCodeError, bound_classes
 from attnmt.data import Batch, Tokenizers, batches_for_inference
 from attnmt.data.special_tokens import EOS_ID, UNK_ID
 from attnmt.decoding.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, force_decode
-from attnmt.runs.checkpoint import load_checkpoint, load_model_state
+from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
 from attnmt.runs.folder import checkpoint_path
 from attnmt.runs.run_config import RunConfig, SearchConfig
 from attnmt.runtime.checks import is_int
@@ -130,11 +131,15 @@ class Translator:
     @classmethod
     def load(
         cls, run: str | Path, checkpoint: str = "best", num_threads: int | None = None, precision: str | None = None,
-        device: str | None = None,
+        device: str | None = None, trust_run_code: bool = False,
     ) -> Translator:
         """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly) onto ``device``
         (attnmt.runtime.device; ConfigError when the machine lacks it). ``precision`` / ``device`` None
-        keep the run's ``search.precision`` / ``search.device``."""
+        keep the run's ``search.precision`` / ``search.device``.
+
+        A run with a user's attention imports the file it was trained with only when that file is
+        unchanged (same SHA-256); ``trust_run_code=True`` runs the copy kept in the run instead, else
+        UntrustedCodeError."""
         if num_threads is not None:
             if not is_int(num_threads) or num_threads < 1:
                 raise ConfigError(f"num_threads={num_threads!r}: must be an integer >= 1")
@@ -144,7 +149,11 @@ class Translator:
         try:
             run_config = RunConfig.from_dict(state["config"])
             tokenizers = Tokenizers.from_state_dict(state["tokenizers"])
-            model = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+            classes = checkpoint_code(state, path, trust_run_code)
+            with bound_classes(classes):
+                model = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+        except UntrustedCodeError:
+            raise
         except AttnmtError as error:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None
         load_model_state(model, state, path)

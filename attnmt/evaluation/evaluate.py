@@ -89,12 +89,12 @@ def _check_beam(beam: Any, what: str = "beam") -> None:
         raise ConfigError(f"{what} must be an integer >= 1, got {beam!r}")
 
 
-def _open_run(run, checkpoint, split, precision, device, on_load) -> tuple[Path, Translator, str, ParallelCorpus,
-                                                                          int]:
+def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code=False) -> tuple[
+        Path, Translator, str, ParallelCorpus, int]:
     """The checkpoint file, its Translator (shown to ``on_load``), the split's name, its corpus and
     the run's ``data.max_tokens``."""
     path = checkpoint_path(run, checkpoint)
-    translator = Translator.load(path, precision=precision, device=device)
+    translator = Translator.load(path, precision=precision, device=device, trust_run_code=trust_run_code)
     if on_load is not None:
         on_load(translator)
     assert translator.run_config is not None  # loaded from a run
@@ -124,13 +124,16 @@ def evaluate_run(
     precision: str | None = None,
     device: str | None = None,
     on_load: Callable[[Translator], None] | None = None,
+    trust_run_code: bool = False,
 ) -> RunEvaluation:
     """Score a run folder (or checkpoint file) on ``split``; write its hyps and eval json (names in
     ``attnmt.runs.folder``). ``beam`` / ``precision`` / ``device`` None = the run's ``search`` section;
-    ``on_load`` sees the translator once it is loaded (the CLI says where it runs)."""
+    ``on_load`` sees the translator once it is loaded (the CLI says where it runs); ``trust_run_code``
+    as for ``Translator.load``."""
     if beam is not None:
         _check_beam(beam)
-    path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load)
+    path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load,
+                                                                trust_run_code)
     run_dir = path.parent
     beam = translator.search_config.beam if beam is None else beam
     result = evaluate_corpus(
@@ -233,10 +236,12 @@ def evaluate_beam_sizes(
     precision: str | None = None,
     device: str | None = None,
     on_load: Callable[[Translator], None] | None = None,
+    trust_run_code: bool = False,
 ) -> BeamEvaluation:
     """Perplexity once, then BLEU, chrF, lengths and decoding time per beam size; writes the hyps
     of every beam size and the table as ``beam-<split>.json`` and ``.md``."""
-    path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load)
+    path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load,
+                                                                trust_run_code)
     run_dir = path.parent
     ppl = corpus_perplexity(translator, corpus, max_tokens)
     results = compare_beam_sizes(translator, corpus, beams, batch_size=batch_size, progress=progress)

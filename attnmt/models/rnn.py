@@ -65,7 +65,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention.functional import padding_mask
-from attnmt.attention.mechanisms import Attention, PreparedKeys, build_attention, canonical_name
+from attnmt.attention.mechanisms import Attention, PreparedKeys
+from attnmt.attention.registry import build_attention, canonical_name, is_builtin
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
 from attnmt.models.common import check_target_mask, log_probabilities
@@ -193,6 +194,8 @@ class RNNConfig:
             raise ConfigError(
                 f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
             )
+        if not is_builtin(self.attention):
+            return  # a user's mechanism: its code is imported when the model is built, not to read a config
         # Build the mechanism on the meta device: checks its options and sizes (e.g. dot needs
         # query size == key size) without allocating memory or drawing random numbers.
         try:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, cast
 
 import torch
@@ -55,6 +55,8 @@ from torch import nn
 
 from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
+from attnmt.attention.registry import canonical_name, is_builtin
+from attnmt.attention.user import build_user_score
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
 from attnmt.models.common import check_target_mask, log_probabilities
@@ -103,6 +105,9 @@ class TransformerConfig:
     share_embeddings:   one matrix for source embeddings, target embeddings and the output
                         projection; needs a joint vocabulary (src_vocab_size == tgt_vocab_size)
     tie_output:         target embedding matrix = output projection (Press & Wolf, 2017)
+    attention:          "scaled_dot" (q·kᵀ/√d_head), or a user's score class (``file.py:Class``,
+                        ``module:Class``, a registered name) used in every attention layer
+    attention_options:  keyword options of that class
     """
 
     type: ClassVar[str] = MODEL_TYPE
@@ -119,6 +124,8 @@ class TransformerConfig:
     norm: str = "pre"
     share_embeddings: bool = False
     tie_output: bool = True
+    attention: str = "scaled_dot"
+    attention_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
@@ -148,6 +155,19 @@ class TransformerConfig:
                 raise ConfigError(
                     f"transformer model config: {name} must be true or false, got {getattr(self, name)!r}"
                 )
+        try:
+            self.attention = canonical_name(self.attention)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"model.attention: {error}") from None
+        if is_builtin(self.attention) and self.attention != "scaled_dot":
+            raise ConfigError(
+                f"model.attention: the Transformer's heads use scaled_dot; {self.attention!r} is a mechanism of "
+                "the RNN. A user's class with score(q, k) can replace the scaled dot product"
+            )
+        if not isinstance(self.attention_options, dict) or not all(isinstance(k, str) for k in self.attention_options):
+            raise ConfigError(
+                f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
+            )
         if self.share_embeddings and not self.tie_output:
             raise ConfigError(
                 "transformer model config: share_embeddings: true shares the output projection too, "
@@ -313,6 +333,15 @@ class Residual(nn.Module):
         return self.after(z, sublayer(self.before(z)))
 
 
+def _multi_head_attention(config: TransformerConfig) -> MultiHeadAttention:
+    """One attention layer: scaled dot-product heads, or the user's score class of ``config.attention``."""
+    score = None
+    if config.attention != "scaled_dot":
+        head_dim = config.d_model // config.num_heads
+        score = build_user_score(config.attention, head_dim, **config.attention_options)
+    return MultiHeadAttention(config.d_model, config.num_heads, dropout=config.attention_dropout, score=score)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention, then feed-forward, each inside a residual block.
 
@@ -325,7 +354,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attention = MultiHeadAttention(d, config.num_heads, dropout=config.attention_dropout)
+        self.self_attention = _multi_head_attention(config)
         self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
         self.attention_block = Residual(d, config.dropout, config.norm)
         self.feed_forward_block = Residual(d, config.dropout, config.norm)
@@ -353,8 +382,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attention = MultiHeadAttention(d, config.num_heads, dropout=config.attention_dropout)
-        self.cross_attention = MultiHeadAttention(d, config.num_heads, dropout=config.attention_dropout)
+        self.self_attention = _multi_head_attention(config)
+        self.cross_attention = _multi_head_attention(config)
         self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
         self.self_attention_block = Residual(d, config.dropout, config.norm)
         self.cross_attention_block = Residual(d, config.dropout, config.norm)

@@ -38,6 +38,8 @@ from typing import Any
 import torch
 
 from attnmt._version import __version__
+from attnmt.attention.registry import is_builtin
+from attnmt.attention.user import CodeRecord, UntrustedCodeError, is_user_name, resolve_recorded
 from attnmt.errors import CheckpointError
 from attnmt.runtime.atomic_files import atomic_writer
 
@@ -47,7 +49,10 @@ FORMAT_VERSION = 2
 # Keys every checkpoint has; training checkpoints also carry the TRAINING_KEYS.
 REQUIRED_KEYS = ("format", "format_version", "attnmt_version", "model_type", "config", "model", "tokenizers")
 TRAINING_KEYS = ("optimizer", "scheduler", "rng", "progress", "history")
-OPTIONAL_KEYS = ("scaler",)  # fp16 training's GradScaler state
+OPTIONAL_KEYS = (
+    "scaler",  # fp16 training's GradScaler state
+    "attention_code",  # a user mechanism's CodeRecord (attnmt.attention.user): spec, file, SHA-256, text
+)
 
 
 def make_checkpoint(
@@ -240,3 +245,25 @@ def load_model_state(model, checkpoint: dict, path: str | Path = "checkpoint") -
             f"{path}: the weights do not fit the model its config describes: {'; '.join(parts)}"
         )
     model.load_state_dict(state)
+
+
+def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = False) -> dict[str, type]:
+    """Before a checkpoint's model is built: the class of its user mechanism, if any, as
+    ``{name: class}`` for ``attnmt.attention.user.bound_classes``. Only the file the run recorded,
+    with the same SHA-256, is imported, or the kept copy with ``trust_run_code``.
+
+    Raises UntrustedCodeError (one line, naming the file) when neither applies."""
+    model = checkpoint["config"].get("model") or {}
+    name = model.get("attention", "scaled_dot") if isinstance(model, dict) else "scaled_dot"
+    if not isinstance(name, str) or is_builtin(name) or not is_user_name(name):
+        return {}  # a built-in, or a name the config check will refuse
+    record = checkpoint.get("attention_code")
+    if record is None:
+        if trust_run_code:
+            return {}  # built by name, as the user trusts it
+        raise UntrustedCodeError(
+            f"{path}: its attention {name!r} is a user mechanism, but the checkpoint keeps no record of its code; "
+            "--trust-run-code (trust_run_code=True) builds it by name"
+        )
+    code = CodeRecord.from_dict(record, str(path))
+    return {code.spec: resolve_recorded(code, trust_run_code, str(path))}

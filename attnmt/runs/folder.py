@@ -9,6 +9,7 @@ Files of a run folder (written by ``attnmt train``; only rank 0 writes)::
                                      validation at an epoch end, "valid" for the validation when a step or
                                      time limit stops training mid-epoch, and a final "summary"
     examples/epochNN-K.png           attention heatmaps of validation sentence K after epoch NN
+    user_attention.py, .json         a user mechanism's file as trained, and its spec, place and SHA-256
 
 and by ``attnmt evaluate`` (``-bf16`` ends the names of a bf16 search's files)::
 
@@ -32,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from attnmt.attention.user import CodeRecord
 from attnmt.runs.run_config import RunConfig, yaml_load
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.runtime.atomic_files import write_text_atomic
@@ -46,6 +48,7 @@ LAST, BEST = "last.pt", "best.pt"
 METRICS = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_NAMES = {"best": BEST, "last": LAST}
+CODE_COPY, CODE_RECORD = "user_attention.py", "user_attention.json"  # a user mechanism's code, as trained
 LOCK = ".attnmt.lock"  # held by the process writing into a folder (train, compare)
 
 # Training keys a resumed run may change: the limits, how often it reports, and where it runs.
@@ -228,3 +231,12 @@ def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32
 def beam_table_path(run_dir: str | Path, split: str, precision: str, suffix: str) -> Path:
     """``beam-<split>[-bf16].json`` / ``.md``: the beam-size table of ``attnmt evaluate --beam 1 5 ...``."""
     return Path(run_dir) / f"beam-{_suffix(split, 1, precision)}{suffix}"
+
+
+def write_code_copy(run_dir: str | Path, record: CodeRecord) -> None:
+    """Keep a user mechanism's code in the run: ``user_attention.py`` (its file, byte for byte) and
+    ``user_attention.json`` (the spec, where the file was, its SHA-256). Checkpoints hold the same."""
+    run_dir = Path(run_dir)
+    write_text_atomic(run_dir / CODE_COPY, record.source)
+    summary = {"spec": record.spec, "path": record.path, "sha256": record.sha256}
+    write_text_atomic(run_dir / CODE_RECORD, json.dumps(summary, indent=2) + "\n")

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from attnmt.attention.user import CodeRecord, bound_classes, code_record, load_user_class
 from attnmt.data import (
     Batch,
     ParallelCorpus,
@@ -28,8 +29,8 @@ from attnmt.data.link_files import AlignmentGuide, check_links_file
 from attnmt.errors import ConfigError
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
-from attnmt.runs.checkpoint import load_checkpoint, load_model_state
-from attnmt.runs.folder import CONFIG_FILE, LAST, METRICS, check_run_dir, write_metrics
+from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
+from attnmt.runs.folder import CONFIG_FILE, LAST, METRICS, check_run_dir, write_code_copy, write_metrics
 from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
 from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
@@ -63,6 +64,7 @@ class TrainingParts:
     scaler: torch.amp.GradScaler  # enabled for fp16 only
     guide: AlignmentGuide | None = None
     guide_position: tuple[int, int | None] | None = None  # 0-based (layer, head) the guide pulls
+    attention_code: CodeRecord | None = None  # a user mechanism's code, kept in every checkpoint
     progress: Progress = field(default_factory=Progress)
     plateau: PlateauTracker = field(default_factory=PlateauTracker)
     window: RunningStatistics = field(default_factory=RunningStatistics)
@@ -73,12 +75,17 @@ class TrainingParts:
 
 def build_training(
     config: RunConfig, run_dir: str | Path, resume: bool, context: DistributedContext, say: Callable[[str], None],
+    trust_run_code: bool = False,
 ) -> TrainingParts:
-    """Prepare ``run_dir`` and every part of the training (``say`` prints rank 0's messages)."""
+    """Prepare ``run_dir`` and every part of the training (``say`` prints rank 0's messages).
+
+    ``trust_run_code``: a resumed run whose user mechanism's file has changed or is gone runs the
+    copy the run keeps (else UntrustedCodeError)."""
     run_dir = Path(run_dir)
     data, training = config.data, config.training
     checkpoint = load_checkpoint(run_dir / LAST, require_training_state=True) \
         if check_run_dir(run_dir, resume) else None
+    attention_code, attention_classes = _attention_code(config, run_dir, checkpoint, trust_run_code)
     if context.is_main and run_dir.is_dir():
         remove_stale_temporaries(run_dir)  # what a killed write left (rank 0 holds the folder's lock)
     context.barrier()  # every rank has looked at the folder before rank 0 writes into it
@@ -94,6 +101,8 @@ def build_training(
         run_dir.mkdir(parents=True, exist_ok=True)
         if checkpoint is None:
             write_text_atomic(run_dir / CONFIG_FILE, config.to_yaml())
+            if attention_code is not None:
+                write_code_copy(run_dir, attention_code)
     tokenizers = _tokenizers(config, run_dir, train_corpus, checkpoint, context, say)
 
     train_ids = tokenizers.encode_corpus(train_corpus, max_length=data.max_length)
@@ -113,7 +122,8 @@ def build_training(
     seed_everything(training.seed)
     # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
     try:
-        model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
+        with bound_classes(attention_classes):
+            model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
     except (RuntimeError, MemoryError) as error:  # the allocator's own words for a model too large
         if "alloc" not in str(error).lower() and not isinstance(error, MemoryError):
             raise
@@ -126,7 +136,7 @@ def build_training(
         train_src=train_ids.src_ids, train_tgt=train_ids.tgt_ids, valid_corpus=valid_corpus,
         valid_batches=valid_batches, device=device, tf32=tf32, model=model, ddp_model=model, optimizer=optimizer,
         schedule=LearningRateSchedule(optimizer, training), scaler=grad_scaler(training.precision, device.type),
-        guide=guide,
+        guide=guide, attention_code=attention_code,
         guide_position=_guide_position(config, model) if guide is not None else None,
         progress=Progress(world_size=context.world_size),
     )
@@ -146,6 +156,23 @@ def build_training(
     )
     say(describe(device, training.precision, tf32))
     return parts
+
+
+def _attention_code(
+    config: RunConfig, run_dir: Path, checkpoint: dict | None, trust_run_code: bool,
+) -> tuple[CodeRecord | None, dict[str, type]]:
+    """The record of the run's user mechanism (None for a built-in) and ``{name: class}`` to build it.
+
+    A new run imports the code its config names (its user asked for it); a resumed run only the
+    code its checkpoint recorded (``attnmt.runs.checkpoint.checkpoint_code``)."""
+    if checkpoint is not None:
+        classes = checkpoint_code(checkpoint, run_dir / LAST, trust_run_code)
+        record = checkpoint.get("attention_code")
+        return (CodeRecord.from_dict(record, str(run_dir / LAST)) if record else None), classes
+    record = code_record(config.model.attention)
+    if record is None:
+        return None, {}
+    return record, {record.spec: load_user_class(record.spec)}
 
 
 def _check_batch_memory(max_tokens: int, src_ids, tgt_ids, vocabulary: int, device: torch.device) -> None:

@@ -39,6 +39,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from attnmt.attention.registry import canonical_name, folder_label, short_name
 from attnmt.data import load_split
 from attnmt.errors import ConfigError
 from attnmt.evaluation.evaluate import evaluate_run
@@ -209,11 +210,14 @@ def _check_same_config(run_dir: Path, requested: RunConfig) -> RunConfig:
 
 
 def run_folder(out: str | Path, mechanism: str, seed: int) -> Path:
-    return Path(out) / "runs" / f"{mechanism}-seed{seed}"
+    """``out/runs/<mechanism>-seed<seed>``; a user spec's folder is named by its file and class
+    (``examples/my_attention.py:MyAttention`` -> ``my_attention.py-MyAttention``)."""
+    return Path(out) / "runs" / f"{folder_label(mechanism)}-seed{seed}"
+
 
 
 def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable[[str], None],
-                  show_progress: bool, verbose: bool) -> tuple[str, dict[str, Any]]:
+                  show_progress: bool, verbose: bool, trust_run_code: bool = False) -> tuple[str, dict[str, Any]]:
     """Bring one run of a comparison to an eval json, doing only what is missing; returns
     (status, eval report). status: "reused" (trained and scored before), "evaluated" (trained
     before), "resumed" (from its last.pt) or "trained"."""
@@ -231,9 +235,10 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
         # starts it again, as a new run.
         status = "resumed" if (run_dir / LAST).is_file() else "trained"
         log(f"{'resuming' if status == 'resumed' else 'restarting' if started_before else 'training'} {run_dir}")
-        Trainer(config, run_dir, resume=started_before, show_progress=show_progress, verbose=verbose).run()
+        Trainer(config, run_dir, resume=started_before, show_progress=show_progress, verbose=verbose,
+                trust_run_code=trust_run_code).run()
     return status, evaluate_run(run_dir, split=split, beam=beam, progress=show_progress,
-                                device=config.training.device).report
+                                device=config.training.device, trust_run_code=trust_run_code).report
 
 
 def compare_mechanisms(
@@ -249,6 +254,7 @@ def compare_mechanisms(
     verbose: bool = False,
     log: Callable[[str], None] = print,
     device: str | None = None,
+    trust_run_code: bool = False,
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
     run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
@@ -257,13 +263,21 @@ def compare_mechanisms(
     set_options: ``["section.key=value", ...]`` as ``attnmt train --set``.
     log: receives one line when a run starts and one when it is done, with its scores.
     device: where every run trains and is evaluated (None: the config's ``training.device``).
+    trust_run_code: a run of a user mechanism whose file changed since it was trained resumes and is
+    evaluated with the copy the run keeps (else UntrustedCodeError).
     """
     mechanisms = [str(m) for m in mechanisms]
     if not mechanisms:
         raise ConfigError("give at least one attention mechanism to compare")
-    duplicated = sorted({m for m in mechanisms if mechanisms.count(m) > 1})
+    try:
+        names = [canonical_name(m) for m in mechanisms]
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"--attention: {error}") from None
+    labels = [folder_label(name) for name in names]
+    duplicated = sorted({m for m, label in zip(mechanisms, labels) if labels.count(label) > 1})
     if duplicated:
-        raise ConfigError(f"mechanisms={' '.join(mechanisms)}: names {', '.join(duplicated)} more than once")
+        raise ConfigError(f"mechanisms={' '.join(mechanisms)}: {', '.join(duplicated)} name the same mechanism "
+                          "(or the same file and class) more than once")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ConfigError(f"runs={runs!r}: must be an integer >= 1")
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
@@ -302,7 +316,8 @@ def compare_mechanisms(
                 def log_run(what: str, label: str = label) -> None:
                     log(f"{label}: {what}")
 
-                status, report = _complete_run(run_dir, requested, split_name, beam, log_run, show_progress, verbose)
+                status, report = _complete_run(run_dir, requested, split_name, beam, log_run, show_progress, verbose,
+                                               trust_run_code)
                 outcome = RunOutcome(
                     mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
                     perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),
@@ -375,7 +390,7 @@ def summary_plot_png(comparison: Comparison) -> bytes:
             values = [getattr(o, metric) for o in comparison.outcomes if o.mechanism == name]
             axes.plot([position] * len(values), values, "o", color="#08519c", markersize=3, zorder=3)
         axes.set_xticks(positions)
-        axes.set_xticklabels(names, rotation=30, ha="right")
+        axes.set_xticklabels([short_name(name) for name in names], rotation=30, ha="right")
         axes.set_title(METRIC_LABELS[metric] + (" (lower is better)" if metric == "perplexity" else ""), fontsize=10)
         axes.set_ylim(bottom=0.0)  # every metric is >= 0: bars start at 0, not at the smallest one
         axes.grid(axis="y", color="#dddddd", linewidth=0.6)

@@ -97,8 +97,10 @@ class Trainer:
         show_progress: bool = True,
         context: DistributedContext | None = None,
         verbose: bool = True,
+        trust_run_code: bool = False,
     ):
         self.config = config
+        self.trust_run_code = trust_run_code
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.show_progress = show_progress
@@ -131,7 +133,8 @@ class Trainer:
     def _run(self) -> TrainResult:
         if self.config.training.tensorboard and self.context.is_main:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
-        parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say)
+        parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
+                                            self.trust_run_code)
         if self.config.training.tensorboard and self.context.is_main:
             self._tensorboard = TensorBoardLog(self.run_dir)
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
@@ -399,6 +402,8 @@ class Trainer:
             "window": parts.window.state_dict(), "epoch_sums": parts.epoch_sums.state_dict(),
         }
         extra: dict[str, Any] = {"progress": progress, "history": list(parts.history)}
+        if parts.attention_code is not None:
+            extra["attention_code"] = parts.attention_code.to_dict()
         if with_training_state:
             extra.update(optimizer=parts.optimizer.state_dict(), scheduler=parts.schedule.state_dict(), rng=rng_states)
             if parts.scaler.is_enabled():
@@ -455,7 +460,11 @@ def train(
     resume: bool = False,
     show_progress: bool = True,
     verbose: bool = True,
+    trust_run_code: bool = False,
 ) -> TrainResult:
-    """Train ``config`` into ``run_dir`` in this process (joining a torchrun group when there is one)."""
+    """Train ``config`` into ``run_dir`` in this process (joining a torchrun group when there is one).
+
+    ``trust_run_code``: resuming a run whose user mechanism's file changed runs the run's copy."""
     context = init_distributed(config.training.device)
-    return Trainer(config, run_dir, resume=resume, show_progress=show_progress, context=context, verbose=verbose).run()
+    return Trainer(config, run_dir, resume=resume, show_progress=show_progress, context=context, verbose=verbose,
+                   trust_run_code=trust_run_code).run()

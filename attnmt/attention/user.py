@@ -1,0 +1,433 @@
+"""Attention that users write: how they name it, how attnmt loads it, and the adapter that puts it
+behind the built-ins' interface (``prepare`` / ``attend``).
+
+The contract. A user mechanism is a ``torch.nn.Module`` whose constructor takes the keywords
+``query_dim``, ``key_dim`` and ``value_dim`` (plus options of its own, from
+``model.attention_options``), in one of three forms:
+
+``forward``
+    ``forward(query [B, Dq], keys [B, S, Dk], values [B, S, Dv], mask [B, S]) -> (context [B, Dv], weights [B, S])``,
+    mask bool with True = may attend. The whole mechanism, as a course writes it.
+``score``
+    ``score(query [B, Dq], keys [B, S, Dk]) -> e [B, S]`` and no ``forward``: attnmt does the rest,
+    ``α = softmax(e)`` over the allowed positions (0 elsewhere, all 0 on a row with none) and
+    ``context = Σ_s α_s v_s``.
+``prepared``
+    a subclass of ``attnmt.attention.Attention`` (``prepare_keys`` / ``score(query [B, T, Dq], prepared)``,
+    or ``prepare`` / ``attend`` themselves): the built-ins' speed path, which projects the keys once
+    per sentence and answers all decoding steps of the ``parallel`` flow in one product.
+
+The first two forms are asked one decoding step at a time: in the ``parallel`` flow the adapter
+loops over the T steps (``benchmarks/user_attention.py`` measures what that costs).
+
+For the Transformer a user class gives ``score(q [B, h, T, d], k [B, h, S, d]) -> [B, h, T, S]``
+(built with query_dim = key_dim = value_dim = d, the size of a head); it replaces ``q·kᵀ/√d`` in
+every attention layer, and attnmt applies the padding and causal masks and the softmax.
+
+Names. ``path/to/file.py:Class`` and ``package.module:Class`` (a spec), a name given with
+``register_attention("name")``, or a name from the entry-point group ``attnmt.attention`` of an
+installed package. A user name never shadows a built-in one: registering it is an error, and an
+entry point that tries is skipped with a warning.
+
+Trust. Naming a spec imports it: the user asked for it. A run trained with one keeps a
+``CodeRecord`` (the spec, the file, its SHA-256 and its text) in its checkpoints; loading the run
+imports the named file only where it is found with the same SHA-256 (``resolve_recorded``), and
+otherwise runs the kept copy only when asked to (``trust_run_code``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from attnmt.attention.functional import masked_softmax
+from attnmt.attention.mechanisms import BUILTIN_NAMES, Attention, PreparedKeys
+from attnmt.errors import ConfigError
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "CodeRecord", "UntrustedCodeError", "UserAttention", "UserCodeError", "build_user_attention",
+    "build_user_score", "bound_classes",
+    "code_record", "contract_form", "is_user_name", "load_user_class", "register_attention", "registered_names",
+    "resolve_recorded",
+]
+
+#: The entry-point group through which an installed package adds mechanism names.
+ENTRY_POINT_GROUP = "attnmt.attention"
+#: The keywords every user mechanism's constructor takes.
+CONTRACT_KEYWORDS = ("query_dim", "key_dim", "value_dim")
+
+_REGISTERED: dict[str, type] = {}  # register_attention and entry points: name -> class
+_BOUND: list[dict[str, type]] = []  # bound_classes: name -> the class a run's record resolved it to
+_ENTRY_POINTS_READ = False
+
+
+class UserCodeError(ConfigError):
+    """A user mechanism cannot be found, imported or built."""
+
+
+class UntrustedCodeError(UserCodeError):
+    """A run names code that is not on this machine as it was trained; only ``trust_run_code`` runs its copy."""
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+def register_attention(name: str) -> Callable[[type], type]:
+    """Class decorator: ``@register_attention("my-dot")`` makes ``model.attention: my-dot`` build it.
+
+    A built-in name, or a name another class holds, is a ValueError."""
+    if not isinstance(name, str) or not name.strip() or ":" in name:
+        raise ValueError(f"register_attention: a name is a non-empty string without ':', got {name!r}")
+    key = name.strip()
+
+    def register(cls: type) -> type:
+        if key.lower() in BUILTIN_NAMES:
+            raise ValueError(f"register_attention: {key!r} is a built-in mechanism; choose another name")
+        held = _REGISTERED.get(key)
+        if held is not None and held is not cls and _qualified(held) != _qualified(cls):
+            raise ValueError(f"register_attention: {key!r} already names {_qualified(held)}")
+        _check_is_module_class(cls, key)
+        _REGISTERED[key] = cls
+        return cls
+
+    return register
+
+
+def registered_names() -> tuple[str, ...]:
+    """The names user mechanisms are registered under (``register_attention`` and entry points)."""
+    _read_entry_points()
+    return tuple(sorted(_REGISTERED))
+
+
+def is_user_name(name: str) -> bool:
+    """Whether ``name`` names a user mechanism: a spec (``file.py:Class``, ``module:Class``) or a
+    registered name. Reads the entry points' names, never imports their code."""
+    if not isinstance(name, str):
+        return False
+    if ":" in name:
+        return True
+    _read_entry_points()
+    return name.strip() in _REGISTERED or name.strip() in _ENTRY_POINT_NAMES
+
+
+_ENTRY_POINT_NAMES: dict[str, Any] = {}
+
+
+def _read_entry_points() -> None:
+    """Note the names of the ``attnmt.attention`` entry points (their code loads on first use)."""
+    global _ENTRY_POINTS_READ
+    if _ENTRY_POINTS_READ:
+        return
+    _ENTRY_POINTS_READ = True
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name.lower() in BUILTIN_NAMES:
+            warnings.warn(
+                f"entry point {point.name!r} of group {ENTRY_POINT_GROUP} ({point.value}) is a built-in "
+                "mechanism's name; it is skipped", stacklevel=2,
+            )
+            continue
+        _ENTRY_POINT_NAMES.setdefault(point.name, point)
+
+
+def load_user_class(name: str) -> type:
+    """The class ``name`` names (a spec or a registered name), importing its code if need be.
+
+    Raises UserCodeError with one line: a missing file, module or class, or an exception at import."""
+    name = name.strip()
+    for bound in reversed(_BOUND):
+        if name in bound:
+            return bound[name]
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    _read_entry_points()
+    if name in _ENTRY_POINT_NAMES:
+        point = _ENTRY_POINT_NAMES[name]
+        try:
+            cls = point.load()
+        except Exception as error:  # the package's own code failed: report it in one line
+            raise UserCodeError(f"attention {name!r} (entry point {point.value}): import failed: "
+                                f"{type(error).__name__}: {error}") from None
+        _check_is_module_class(cls, name)
+        _REGISTERED[name] = cls
+        return cls
+    if ":" not in name:
+        raise UserCodeError(f"unknown attention mechanism {name!r}; known names: {', '.join(_known_names())}")
+    return _import_spec(name)
+
+
+@contextmanager
+def bound_classes(classes: dict[str, type]) -> Iterator[None]:
+    """Within the block, the names of ``classes`` build those classes (what a run's record resolved)."""
+    _BOUND.append(dict(classes))
+    try:
+        yield
+    finally:
+        _BOUND.pop()
+
+
+def _known_names() -> list[str]:
+    return [*BUILTIN_NAMES, *registered_names(), "path/to/file.py:Class", "package.module:Class"]
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    target, _, class_name = spec.rpartition(":")
+    if not target or not class_name.isidentifier():
+        raise UserCodeError(f"attention {spec!r}: write path/to/file.py:ClassName or package.module:ClassName")
+    return target, class_name
+
+
+def _is_file_target(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def _import_spec(spec: str) -> type:
+    target, class_name = _split_spec(spec)
+    if _is_file_target(target):
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise UserCodeError(f"attention {spec!r}: no such file {path}")
+        module = _import_file(path.resolve(), spec)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as error:
+            raise UserCodeError(f"attention {spec!r}: no module {error.name!r} (is it on PYTHONPATH?)") from None
+        except Exception as error:
+            raise UserCodeError(f"attention {spec!r}: import failed: {type(error).__name__}: {error}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise UserCodeError(f"attention {spec!r}: {target} has no class {class_name!r}")
+    _check_is_module_class(cls, spec)
+    return cls
+
+
+def _import_file(path: Path, label: str, source: str | None = None) -> types.ModuleType:
+    """Import the Python file ``path`` (or run ``source`` as if it were that file) as a module named
+    after its content: the same text is imported once per process, an edited file afresh."""
+    try:
+        code = source if source is not None else path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserCodeError(f"attention {label!r}: cannot read {path}: {error}") from None
+    module_name = f"attnmt_user_{path.stem}_{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    module = types.ModuleType(module_name)
+    module.__file__ = str(path)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up there
+    try:
+        exec(compile(code, str(path), "exec"), module.__dict__)  # the user named this file, or trusted the run
+    except SyntaxError as error:
+        del sys.modules[module_name]
+        raise UserCodeError(f"attention {label!r}: {path}:{error.lineno}: syntax error: {error.msg}") from None
+    except Exception as error:
+        del sys.modules[module_name]
+        raise UserCodeError(f"attention {label!r}: importing {path} failed: {type(error).__name__}: {error}") from None
+    return module
+
+
+def _check_is_module_class(cls: Any, label: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise UserCodeError(f"attention {label!r}: {cls!r} is not a torch.nn.Module class")
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+
+
+def contract_form(module: nn.Module) -> str:
+    """Which form of the contract ``module`` follows: ``prepared``, ``forward`` or ``score``."""
+    if isinstance(module, Attention):
+        return "prepared"
+    if type(module).forward is not nn.Module.forward:
+        return "forward"
+    if callable(getattr(module, "score", None)):
+        return "score"
+    raise UserCodeError(
+        f"{type(module).__name__} defines neither forward(query, keys, values, mask) nor score(query, keys)"
+    )
+
+
+class UserAttention(Attention):
+    """A user's ``forward``- or ``score``-form mechanism behind the ``prepare`` / ``attend`` interface.
+
+    ``prepare`` keeps the keys and values as they are; ``attend`` asks the user's module one step
+    at a time (T calls for ``query [B, T, Dq]``) and stacks the answers into [B, T, Dv], [B, T, S].
+    The user's module is ``self.module``, so its parameters are ``attention.module.*``.
+    """
+
+    def __init__(self, module: nn.Module, query_dim: int, key_dim: int, value_dim: int | None = None):
+        super().__init__(query_dim, key_dim, value_dim)
+        self.module = module
+        self.form = contract_form(module)
+        if self.form == "prepared":
+            raise ValueError("UserAttention wraps forward- and score-form mechanisms; use an Attention directly")
+        self.output_dim = int(getattr(module, "output_dim", self.value_dim))
+
+    def attend(self, query, prepared: PreparedKeys, step=None):
+        if query.dim() == 2:
+            return self._one_step(query, prepared)
+        contexts, weights = zip(*(self._one_step(query[:, t], prepared) for t in range(query.shape[1])))
+        return torch.stack(contexts, dim=1), torch.stack(weights, dim=1)
+
+    def _one_step(self, query: torch.Tensor, prepared: PreparedKeys) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.form == "forward":
+            return self.module(query, prepared.keys, prepared.values, prepared.mask)
+        score = cast(Callable[..., torch.Tensor], self.module.score)  # not a tensor, as nn.Module types it
+        scores = score(query, prepared.keys)  # [B, S]
+        weights = masked_softmax(scores, prepared.mask, dim=-1)
+        return torch.bmm(weights.unsqueeze(1), prepared.values).squeeze(1), weights
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, form={self.form}"
+
+
+def instantiate(cls: type, label: str, query_dim: int, key_dim: int, value_dim: int, **options) -> nn.Module:
+    """``cls(query_dim=…, key_dim=…, value_dim=…, **options)``; UserCodeError in one line when the
+    constructor does not take these keywords or fails."""
+    try:
+        signature = inspect.signature(cls)
+        signature.bind(query_dim=query_dim, key_dim=key_dim, value_dim=value_dim, **options)
+    except TypeError as error:
+        raise UserCodeError(
+            f"attention {label!r}: {cls.__name__}(query_dim=..., key_dim=..., value_dim=...{_options_text(options)}) "
+            f"does not fit its constructor: {error}"
+        ) from None
+    except ValueError:  # no signature to read (a C type): let the call say
+        pass
+    try:
+        return cls(query_dim=query_dim, key_dim=key_dim, value_dim=value_dim, **options)
+    except Exception as error:
+        raise UserCodeError(
+            f"attention {label!r}: {cls.__name__}(...) failed: {type(error).__name__}: {error}"
+        ) from None
+
+
+def _options_text(options: dict) -> str:
+    return "".join(f", {key}={value!r}" for key, value in options.items())
+
+
+def build_user_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **options) -> Attention:
+    """The mechanism ``name`` names, built for these sizes and behind the built-ins' interface."""
+    value_dim = key_dim if value_dim is None else value_dim
+    module = instantiate(load_user_class(name), name, query_dim, key_dim, value_dim, **options)
+    if contract_form(module) == "prepared":
+        return module  # type: ignore[return-value]  # an Attention subclass is already the interface
+    return UserAttention(module, query_dim, key_dim, value_dim)
+
+
+def build_user_score(name: str, head_dim: int, **options) -> nn.Module:
+    """The Transformer form: the class ``name`` names, built with query_dim = key_dim = value_dim =
+    ``head_dim``; its ``score(q [B, h, T, d], k [B, h, S, d]) -> [B, h, T, S]`` replaces q·kᵀ/√d."""
+    module = instantiate(load_user_class(name), name, head_dim, head_dim, head_dim, **options)
+    if not callable(getattr(module, "score", None)):
+        raise UserCodeError(
+            f"attention {name!r}: a Transformer takes a class with score(q [B, h, T, d], k [B, h, S, d]); "
+            f"{type(module).__name__} has no score method"
+        )
+    return module
+
+
+# -- what a run keeps, and the gate when it is loaded -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeRecord:
+    """The code of a run's user mechanism: the spec as the config names it, the file its class came
+    from (absolute), that file's SHA-256, and its text (the copy ``trust_run_code`` runs)."""
+
+    spec: str
+    path: str
+    sha256: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Any, where: str) -> CodeRecord:
+        if not isinstance(values, dict) or not all(isinstance(values.get(key), str) for key in
+                                                   ("spec", "path", "sha256", "source")):
+            raise UserCodeError(f"{where}: its record of the attention's code is damaged")
+        return cls(values["spec"], values["path"], values["sha256"], values["source"])
+
+
+def code_record(name: str) -> CodeRecord | None:
+    """The record of the user mechanism ``name`` (None for a built-in), read from its class's file."""
+    if not is_user_name(name):
+        return None
+    cls = load_user_class(name)
+    path = _class_file(cls, name)
+    data = path.read_bytes()
+    return CodeRecord(spec=name.strip(), path=str(path), sha256=hashlib.sha256(data).hexdigest(),
+                      source=data.decode("utf-8"))
+
+
+def _class_file(cls: type, name: str) -> Path:
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file or not Path(file).is_file():
+        raise UserCodeError(
+            f"attention {name!r}: the file of {cls.__qualname__} cannot be found, so a run cannot keep it; "
+            "define the class in a .py file"
+        )
+    return Path(file).resolve()
+
+
+def resolve_recorded(record: CodeRecord, trust_run_code: bool, where: str) -> type:
+    """The class a run's ``record`` names, for loading the run (``where`` names it, for messages);
+    build with it inside ``bound_classes({record.spec: cls})``.
+
+    The code is imported from ``record.path`` only where that file has the recorded SHA-256; else,
+    with ``trust_run_code``, the copy the run keeps is run; else UntrustedCodeError (one line)."""
+    path = Path(record.path)
+    if path.is_file() and _sha256(path) == record.sha256:
+        source = None  # the user's own file, unchanged since training
+    elif trust_run_code:
+        source = record.source
+    else:
+        state = "has changed since" if path.is_file() else "is not on this machine as it was when"
+        raise UntrustedCodeError(
+            f"{where}: its attention {record.spec!r} comes from {path}, which {state} the run was trained; "
+            "--trust-run-code (trust_run_code=True) runs the copy kept in the run instead"
+        )
+    registered = _REGISTERED.get(record.spec)
+    if registered is not None and _sha256(_class_file(registered, record.spec)) == record.sha256:
+        return registered
+    module = _import_file(path, record.spec, source=source)
+    class_name = record.spec.rpartition(":")[2] if ":" in record.spec else ""
+    if class_name:
+        cls = getattr(module, class_name, None)
+    else:  # a registered name: the one mechanism class its file defines
+        cls = _single_module_class(module)
+    if cls is None:
+        raise UserCodeError(f"{where}: {path} has no class for attention {record.spec!r}")
+    _check_is_module_class(cls, record.spec)
+    return cls
+
+
+def _single_module_class(module: types.ModuleType) -> type | None:
+    """The one nn.Module class a registered name's file defines (its kept copy has no spec)."""
+    found = [value for value in vars(module).values() if isinstance(value, type) and issubclass(value, nn.Module)
+             and value.__module__ == module.__name__]
+    return found[0] if len(found) == 1 else None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
