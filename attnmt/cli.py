@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("evaluate", "perplexity, BLEU and chrF of a trained run on a test split"),
     "translate": ("translate", "translate sentences with a trained run"),
     "compare": ("compare", "train and evaluate several mechanisms over several seeds"),
+    "check": ("check", "check that an attention mechanism, your own or built-in, has the properties every one must"),
     "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),
     "curves": ("curves", "draw training loss, validation perplexity and BLEU of runs against steps and minutes"),
     "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),

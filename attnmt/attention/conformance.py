@@ -1,0 +1,454 @@
+"""``attnmt check``: does an attention mechanism have the properties every built-in is tested for?
+
+Each property is run on fresh random inputs (B sentences of up to S source positions, a padding
+mask with True = may attend) and gives pass or fail with a counterexample (which row, which value):
+
+    shapes        context [B, Dv] (output_dim) and weights [B, S], in the inputs' dtype
+    weights       α ≥ 0, Σ_s α_s = 1 over the allowed positions, α = 0 exactly where the mask is False
+    empty row     a row with no allowed position: weights and context 0 (finite for the Transformer)
+    large inputs  queries and keys × 1e4: everything finite, the weights still a distribution
+    batch         a sentence's result is the same alone as inside its batch
+    padding       ... and the same with extra padding positions after it (their weights 0)
+    gradcheck     float64 analytic gradients equal finite differences (torch.autograd.gradcheck)
+    finite grads  float32 gradients of parameters and inputs finite, a fully masked row included
+    all steps     attend(query [B, T, Dq]) equals T single steps (mechanisms that provide it)
+    bf16          runs under CPU bf16 autocast, finite, weights within 0.02 of a distribution
+    repeatable    two calls in eval mode give the same numbers
+    speed         forward + backward time against the built-in scaled_dot at a stated size (info)
+
+For a Transformer score class (``model="transformer"``) the subject is a MultiHeadAttention layer
+whose scores come from it (h heads of size d; the padding mask and softmax are attnmt's).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from attnmt.attention.mechanisms import Attention
+from attnmt.attention.multihead import MultiHeadAttention
+from attnmt.attention.registry import build_attention, canonical_name
+from attnmt.attention.user import build_user_score, contract_form
+from attnmt.errors import ConfigError
+
+__all__ = ["CheckReport", "PropertyResult", "check_mechanism"]
+
+MODELS = ("rnn", "transformer")
+TOLERANCE = 1e-5  # float32 agreement (sums of weights, a row alone against in its batch)
+SPEED_SIZE = {"batch": 64, "source": 24, "steps": 24, "dim": 256, "heads": 4}
+
+
+@dataclass
+class PropertyResult:
+    name: str
+    status: str  # "pass", "fail", "n/a" or "info"
+    detail: str = ""  # the counterexample of a failure, or what was measured
+
+
+@dataclass
+class CheckReport:
+    spec: str
+    model: str
+    form: str
+    results: list[PropertyResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(result.status != "fail" for result in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec, "model": self.model, "form": self.form, "passed": self.passed,
+            "seconds": round(self.seconds, 2),
+            "properties": [{"property": r.name, "status": r.status, "detail": r.detail} for r in self.results],
+        }
+
+
+class Failure(Exception):
+    """A property does not hold; the message is the counterexample."""
+
+
+@dataclass
+class Inputs:
+    query: torch.Tensor  # [B, Dq] (rnn) or [B, T, E] (transformer)
+    keys: torch.Tensor  # [B, S, Dk]
+    values: torch.Tensor  # [B, S, Dv]
+    mask: torch.Tensor  # [B, S] bool, True = may attend
+
+    def rows(self, index: slice, length: int | None = None) -> Inputs:
+        """Rows ``index``, cut (or padded with masked random positions) to ``length`` source positions."""
+        parts = [self.query[index], self.keys[index], self.values[index], self.mask[index]]
+        if length is None:
+            return Inputs(*parts)
+        query, keys, values, mask = parts
+        extra = length - keys.shape[1]
+        if extra <= 0:
+            return Inputs(query, keys[:, :length], values[:, :length], mask[:, :length])
+        generator = torch.Generator().manual_seed(99)
+        pad = lambda x: torch.cat(  # noqa: E731 (a two-line helper, used three times just below)
+            [x, torch.randn(x.shape[0], extra, *x.shape[2:], generator=generator, dtype=x.dtype)], dim=1)
+        return Inputs(query, pad(keys), pad(values), torch.cat([mask, mask.new_zeros(mask.shape[0], extra)], dim=1))
+
+    def to(self, dtype: torch.dtype) -> Inputs:
+        return Inputs(self.query.to(dtype), self.keys.to(dtype), self.values.to(dtype), self.mask)
+
+
+class Subject:
+    """What is checked: a module, how to call it, and the shapes it must give."""
+
+    def __init__(self, spec: str, model: str, dims: tuple[int, int, int], heads: int, options: dict[str, Any]):
+        self.spec, self.model, self.dims, self.heads, self.options = spec, model, dims, heads, options
+        self.module = self.build(dims)
+        self.form = "transformer score" if model == "transformer" else contract_form(self._user_part(self.module))
+        self.context_zero_when_empty = model == "rnn"
+
+    def _user_part(self, module: nn.Module) -> nn.Module:
+        return getattr(module, "module", module)
+
+    def build(self, dims: tuple[int, int, int]) -> nn.Module:
+        if self.model == "transformer":
+            head_dim = dims[0]
+            score = build_user_score(self.spec, head_dim, **self.options)
+            return MultiHeadAttention(head_dim * self.heads, self.heads, score=score)
+        return build_attention(self.spec, *dims, **self.options)
+
+    def inputs(self, batch: int, source: int, generator: torch.Generator, scale: float = 1.0,
+               dims: tuple[int, int, int] | None = None, lengths: list[int] | None = None) -> Inputs:
+        query_dim, key_dim, value_dim = dims or self.dims
+        if lengths is None:
+            lengths = [max(1, source - (row * 2) % source) for row in range(batch)]
+        mask = torch.arange(source)[None, :] < torch.tensor(lengths)[:, None]
+        if self.model == "transformer":
+            width = query_dim * self.heads
+            query = torch.randn(batch, 3, width, generator=generator) * scale
+            keys = torch.randn(batch, source, width, generator=generator) * scale
+            return Inputs(query, keys, torch.randn(batch, source, width, generator=generator), mask)
+        return Inputs(torch.randn(batch, query_dim, generator=generator) * scale,
+                      torch.randn(batch, source, key_dim, generator=generator) * scale,
+                      torch.randn(batch, source, value_dim, generator=generator), mask)
+
+    def call(self, module: nn.Module, x: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(context, weights): [B, Dv] and [B, S] (rnn), or [B, T, E] and [B, h, T, S] (transformer)."""
+        if self.model == "transformer":
+            output, weights = module(x.query, x.keys, x.values, key_padding_mask=x.mask, need_weights=True,
+                                     average_weights=False)
+            assert weights is not None
+            return output, weights
+        return module(x.query, x.keys, x.values, x.mask)
+
+    def expected_shapes(self, module: nn.Module, x: Inputs) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        batch, source = x.mask.shape
+        if self.model == "transformer":
+            steps, width = x.query.shape[1], x.query.shape[2]
+            return (batch, steps, width), (batch, self.heads, steps, source)
+        return (batch, int(getattr(module, "output_dim", x.values.shape[-1]))), (batch, source)
+
+
+def _mask_like(mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The [B, S] mask broadcast to the weights' shape [B, ..., S]."""
+    return mask.view(mask.shape[0], *([1] * (weights.dim() - 2)), mask.shape[1]).expand_as(weights)
+
+
+def _where(index: tuple[int, ...], weights: torch.Tensor) -> str:
+    """'row b, position s' (with the head and step for the Transformer's [B, h, T, S])."""
+    if weights.dim() == 2:
+        return f"row {index[0]}, position {index[1]}"
+    return f"row {index[0]}, head {index[1]}, step {index[2]}, position {index[3]}"
+
+
+def _first(condition: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in condition.nonzero()[0])
+
+
+def _check_distribution(weights: torch.Tensor, mask: torch.Tensor, tolerance: float, what: str = "") -> None:
+    allowed = _mask_like(mask, weights)
+    weights = weights.detach().float()
+    if not torch.isfinite(weights).all():
+        at = _first(~torch.isfinite(weights))
+        raise Failure(f"{what}weight {weights[at].item()} at {_where(at, weights)}")
+    leaked = (weights != 0) & ~allowed
+    if leaked.any():
+        at = _first(leaked)
+        raise Failure(f"{what}weight {weights[at].item():.3g} at {_where(at, weights)}, where the mask is False")
+    negative = weights < -tolerance
+    if negative.any():
+        at = _first(negative)
+        raise Failure(f"{what}weight {weights[at].item():.3g} < 0 at {_where(at, weights)}")
+    sums = weights.sum(dim=-1)
+    has_any = allowed.any(dim=-1)
+    off = ((sums - 1).abs() > tolerance) & has_any
+    if off.any():
+        at = _first(off)
+        raise Failure(f"{what}weights of row {at[0]}{_step_text(at)} sum to {sums[at].item():.6g}, not 1")
+
+
+def _step_text(at: tuple[int, ...]) -> str:
+    return f", head {at[1]}, step {at[2]}" if len(at) == 3 else ""
+
+
+def _check_finite(tensors: dict[str, torch.Tensor], what: str = "") -> None:
+    for name, tensor in tensors.items():
+        bad = ~torch.isfinite(tensor.detach())
+        if bad.any():
+            at = _first(bad)
+            raise Failure(f"{what}{name} is {tensor.detach()[at].item()} at index {list(at)}")
+
+
+def _close(name: str, got: torch.Tensor, want: torch.Tensor, where: str, tolerance: float = TOLERANCE) -> None:
+    got, want = got.detach().double(), want.detach().double()
+    difference = (got - want).abs()
+    limit = tolerance * (1 + want.abs())
+    if (difference > limit).any():
+        at = _first(difference > limit)
+        raise Failure(f"{where}: {name}[{', '.join(map(str, at))}] is {got[at].item():.6g}, "
+                      f"expected {want[at].item():.6g}")
+
+
+# -- the properties ------------------------------------------------------------------------------
+
+
+def _shapes(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(4, 7, generator)
+    context, weights = subject.call(subject.module, x)
+    want_context, want_weights = subject.expected_shapes(subject.module, x)
+    for name, tensor, shape in (("context", context, want_context), ("weights", weights, want_weights)):
+        if not isinstance(tensor, torch.Tensor):
+            raise Failure(f"{name} is a {type(tensor).__name__}, not a tensor")
+        if tuple(tensor.shape) != shape:
+            raise Failure(f"{name} has shape {list(tensor.shape)}, expected {list(shape)}")
+        if tensor.dtype != x.keys.dtype:
+            raise Failure(f"{name} is {tensor.dtype}, expected {x.keys.dtype} like the inputs")
+    return ""
+
+
+def _weights(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(6, 9, generator)
+    _, weights = subject.call(subject.module, x)
+    _check_distribution(weights, x.mask, TOLERANCE)
+    return ""
+
+
+def _empty_row(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(3, 5, generator, lengths=[0, 5, 3])
+    context, weights = subject.call(subject.module, x)
+    _check_finite({"context": context, "weights": weights})
+    if (weights[0] != 0).any():
+        raise Failure(f"row 0 has no allowed position, yet its weights are "
+                      f"{weights[0].detach().flatten()[:5].tolist()}")
+    if subject.context_zero_when_empty and (context[0] != 0).any():
+        raise Failure(f"row 0 has no allowed position, yet its context is "
+                      f"{context[0].detach().flatten()[:4].tolist()}, not 0")
+    _check_distribution(weights, x.mask, TOLERANCE)
+    return ""
+
+
+def _large(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(4, 8, generator, scale=1e4)
+    context, weights = subject.call(subject.module, x)
+    _check_finite({"context": context, "weights": weights}, "queries and keys × 1e4: ")
+    _check_distribution(weights, x.mask, TOLERANCE, "queries and keys × 1e4: ")
+    return "queries and keys × 1e4"
+
+
+def _batch(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(5, 8, generator)
+    context, weights = subject.call(subject.module, x)
+    for row in range(5):
+        alone_context, alone_weights = subject.call(subject.module, x.rows(slice(row, row + 1)))
+        _close("context", alone_context[0], context[row], f"row {row} alone differs from row {row} in the batch")
+        _close("weights", alone_weights[0], weights[row], f"row {row} alone differs from row {row} in the batch")
+    return ""
+
+
+def _padding(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(4, 6, generator)
+    context, weights = subject.call(subject.module, x)
+    padded = x.rows(slice(None), length=10)
+    padded_context, padded_weights = subject.call(subject.module, padded)
+    _close("context", padded_context, context, "with 4 more padding positions")
+    _close("weights", padded_weights[..., :6], weights, "with 4 more padding positions")
+    extra = padded_weights[..., 6:]
+    if (extra != 0).any():
+        at = _first(extra != 0)
+        raise Failure(f"with 4 more padding positions: weight {extra[at].item():.3g} on a padding position "
+                      f"({_where(at, extra)} of the padding)")
+    return ""
+
+
+def _gradcheck(subject: Subject, generator: torch.Generator) -> str:
+    small = (3, 3, 3) if subject.model == "transformer" else (8, 8, 6)
+    torch.manual_seed(0)
+    module = subject.build(small).double().eval()
+    x = subject.inputs(2, 4, generator, dims=small, lengths=[4, 2]).to(torch.float64)
+    tensors = [t.detach().requires_grad_(True) for t in (x.query, x.keys, x.values)]
+
+    def function(query, keys, values):
+        return subject.call(module, Inputs(query, keys, values, x.mask))
+
+    try:
+        torch.autograd.gradcheck(function, tuple(tensors), eps=1e-6, atol=1e-5, rtol=1e-4)
+    except RuntimeError as error:
+        raise Failure(str(error).strip().splitlines()[0][:200]) from None
+    return "float64, query, keys and values"
+
+
+def _finite_gradients(subject: Subject, generator: torch.Generator) -> str:
+    module = copy.deepcopy(subject.module).train()
+    x = subject.inputs(3, 6, generator, scale=30.0, lengths=[0, 6, 2])
+    tensors = [t.detach().requires_grad_(True) for t in (x.query, x.keys, x.values)]
+    context, weights = subject.call(module, Inputs(tensors[0], tensors[1], tensors[2], x.mask))
+    (context.sum() + (weights * torch.randn(weights.shape, generator=generator)).sum()).backward()
+    gradients = {f"gradient of {name}": t.grad for name, t in zip(("query", "keys", "values"), tensors)
+                 if t.grad is not None}
+    gradients.update({f"gradient of parameter {name}": p.grad for name, p in module.named_parameters()
+                      if p.grad is not None})
+    _check_finite(gradients, "with a fully masked row 0 and inputs × 30: ")
+    return "with a fully masked row and inputs × 30"
+
+
+def _all_steps(subject: Subject, generator: torch.Generator) -> str:
+    module = cast(Attention, subject.module)
+    if subject.model == "transformer" or subject.form != "prepared":
+        raise NotApplicable("per-step path: attnmt asks it one decoding step at a time")
+    x = subject.inputs(4, 7, generator)
+    steps = 5
+    queries = torch.randn(4, steps, x.query.shape[-1], generator=generator)
+    prepared = module.prepare(x.keys, x.values, x.mask)
+    context, weights = module.attend(queries, prepared)
+    for step in range(steps):
+        one_context, one_weights = module.attend(queries[:, step], prepared, step)
+        _close("context", context[:, step], one_context, f"step {step} of all steps at once differs from it alone")
+        _close("weights", weights[:, step], one_weights, f"step {step} of all steps at once differs from it alone")
+    return ""
+
+
+class NotApplicable(Exception):
+    """The property does not apply to this form; the message says why."""
+
+
+def _bf16(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(4, 7, generator)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        context, weights = subject.call(subject.module, x)
+    _check_finite({"context": context, "weights": weights}, "under bf16 autocast: ")
+    _check_distribution(weights.float(), x.mask, 2e-2, "under bf16 autocast: ")
+    return f"weights in {str(weights.dtype).removeprefix('torch.')}"
+
+
+def _repeatable(subject: Subject, generator: torch.Generator) -> str:
+    module = subject.module.eval()
+    x = subject.inputs(4, 7, generator)
+    first, second = subject.call(module, x), subject.call(module, x)
+    for name, a, b in zip(("context", "weights"), first, second):
+        if not torch.equal(a, b):
+            at = _first(a != b)
+            raise Failure(f"{name}[{', '.join(map(str, at))}] is {a[at].item():.8g}, then {b[at].item():.8g}")
+    return ""
+
+
+def _speed(subject: Subject, generator: torch.Generator) -> str:
+    size = SPEED_SIZE
+    batch, source, steps, dim, heads = size["batch"], size["source"], size["steps"], size["dim"], size["heads"]
+    if subject.model == "transformer":
+        mine: nn.Module = MultiHeadAttention(
+            dim, heads, score=build_user_score(subject.spec, dim // heads, **subject.options))
+        builtin: nn.Module = MultiHeadAttention(dim, heads)
+        query = torch.randn(batch, steps, dim, generator=generator)
+
+        def run(module):
+            return module(query, keys, keys, key_padding_mask=mask, need_weights=True)
+    else:
+        mine = build_attention(subject.spec, dim, dim, dim, **subject.options)
+        builtin = build_attention("scaled_dot", dim, dim, dim)
+        query = torch.randn(batch, steps, dim, generator=generator)
+
+        def run(module):
+            return module.attend(query, module.prepare(keys, keys, mask))
+    keys = torch.randn(batch, source, dim, generator=generator, requires_grad=True)
+    mask = torch.ones(batch, source, dtype=torch.bool)
+    times = {}
+    for name, module in (("mine", mine), ("builtin", builtin)):
+        times[name] = _median_seconds(partial(_forward_backward, run, module))
+    what = ("one MultiHeadAttention layer" if subject.model == "transformer"
+            else f"{steps} decoding steps")
+    return (f"{times['mine'] / times['builtin']:.2f}× the time of the built-in scaled_dot "
+            f"({times['mine'] * 1e3:.1f} ms against {times['builtin'] * 1e3:.1f} ms, forward and backward of "
+            f"{what}, B={batch}, S={source}, d={dim})")
+
+
+def _forward_backward(run: Callable[[nn.Module], Any], module: nn.Module) -> None:
+    context, weights = run(module)
+    (context.sum() + weights.sum()).backward()
+
+
+def _median_seconds(work: Callable[[], None], repeats: int = 5) -> float:
+    work()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+PROPERTIES: list[tuple[str, Callable[[Subject, torch.Generator], str]]] = [
+    ("shapes", _shapes),
+    ("weights", _weights),
+    ("empty row", _empty_row),
+    ("large inputs", _large),
+    ("batch", _batch),
+    ("padding", _padding),
+    ("gradcheck", _gradcheck),
+    ("finite grads", _finite_gradients),
+    ("all steps", _all_steps),
+    ("bf16", _bf16),
+    ("repeatable", _repeatable),
+    ("speed", _speed),
+]
+
+
+def check_mechanism(
+    spec: str, model: str = "rnn", dims: tuple[int, int, int] = (32, 32, 24), heads: int = 4,
+    options: dict[str, Any] | None = None, speed: bool = True, seed: int = 0,
+) -> CheckReport:
+    """Run every property on the mechanism ``spec`` (a built-in name too) and return the report.
+
+    dims: (query_dim, key_dim, value_dim) of the RNN form; for the Transformer, dims[0] is the size
+    of a head and ``heads`` their number. ``options`` go to its constructor. A mechanism that cannot
+    be loaded or built raises UserCodeError (a ConfigError)."""
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    started = time.perf_counter()
+    name = canonical_name(spec)
+    if name == "none":
+        raise ConfigError("'none' attends to nothing (its weights are all 0): it has no weights to check")
+    torch.manual_seed(seed)
+    subject = Subject(name, model, dims, heads, dict(options or {}))
+    report = CheckReport(spec=name, model=model, form=subject.form)
+    for property_name, test in PROPERTIES:
+        if property_name == "speed" and not speed:
+            continue
+        generator = torch.Generator().manual_seed(seed + len(report.results))
+        subject.module.train(property_name == "finite grads")
+        try:
+            detail = test(subject, generator)
+            status = "info" if property_name == "speed" else "pass"
+        except Failure as failure:
+            status, detail = "fail", str(failure)
+        except NotApplicable as reason:
+            status, detail = "n/a", str(reason)
+        except Exception as error:  # the mechanism's own code raised: that is the counterexample
+            status, detail = "fail", f"raised {type(error).__name__}: {str(error).strip().splitlines()[0][:200]}" \
+                if str(error).strip() else f"raised {type(error).__name__}"
+        report.results.append(PropertyResult(property_name, status, detail))
+    subject.module.eval()
+    report.seconds = time.perf_counter() - started
+    return report
