@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import attnmt
+from attnmt.alignment.translator_attention import TranslatorAligner
 from attnmt.attention import build_attention, padding_mask
 from attnmt.attention import user as user_module
 from attnmt.attention.conformance import check_mechanism
@@ -308,6 +309,9 @@ def test_a_user_run_keeps_its_code_and_translates_evaluates_and_views(user_run):
     assert evaluation.json_path.is_file() and evaluation.report["bleu"] >= 0
     examples = view_examples(translator, ["Ein hund läuft."], beam=2)
     assert examples[0]["meta"]["beam"] == 2
+    assert "<" in attnmt.show(translator, "Ein hund läuft.")._repr_html_()  # the notebook view
+    links = TranslatorAligner(translator).align([["Ein", "hund", "läuft", "."]], [["A", "dog", "runs", "."]])
+    assert links and all(0 <= i < 4 and 0 <= j < 4 for i, j in links[0])
     page = folder / "view.html"
     done = subprocess.run([sys.executable, "-m", "attnmt", "view", str(run), "--split", "made_up", "-n", "2",
                            "--out", str(page), "--no-progress"], capture_output=True, text=True, env=ENV, timeout=120)
