@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,3 +145,38 @@ def test_vector_dir_round_trip_keeps_languages_and_refuses_to_overwrite(tmp_path
     assert info["method"] == "test" and info["src_lang"] == "en"
     with pytest.raises(DataError, match="refusing to overwrite"):
         save_vector_dir(tmp_path, src, tgt, {})
+
+
+class _RunsCode:
+    """Pickles as a call of os.system: what a hostile word -> index file holds."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("hostile", ["whole file", "one value", "numpy index"])
+def test_a_pickle_that_names_code_is_refused_before_anything_is_built(tmp_path, hostile):
+    marker = tmp_path / "ran"
+    mapping = {"whole file": _RunsCode(marker), "one value": {"the": _RunsCode(marker)},
+               "numpy index": {"the": np.int64(0)}}[hostile]
+    pkl, npz = make_seed_files(tmp_path, mapping, np.zeros((2, 3)))
+    with pytest.raises(DataError, match="refused to read it.*nothing of the file was built"):
+        load_seed_vectors(pkl, npz)
+    assert not marker.exists()
+    done = subprocess.run([sys.executable, "-m", "attnmt", "align-words", "--src-vectors", str(pkl), str(npz),
+                           "--tgt-vectors", str(pkl), str(npz), "--src", "the", "--tgt", "the"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 2 and "refused to read it" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists()
+
+
+def test_npz_vectors_are_read_without_pickle(tmp_path):
+    pkl, npz = make_seed_files(tmp_path, {"the": 0}, np.zeros((1, 3)))
+    np.savez(npz, embeddings=np.array([[_RunsCode(tmp_path / "ran")]], dtype=object))
+    with pytest.raises(DataError):
+        load_seed_vectors(pkl, npz)
+    assert not (tmp_path / "ran").exists()

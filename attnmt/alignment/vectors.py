@@ -241,12 +241,29 @@ def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False,
 # --------------------------------------------------------------------------- seed format
 
 
+class _Refused(Exception):
+    """A pickle asked for something other than plain dicts, strings and integers."""
+
+
+class _WordIndexUnpickler(pickle.Unpickler):
+    """Reads pickles of plain data only: every class, function or persistent id is refused, so no
+    code of the file runs (a pickle runs code only through the objects it names)."""
+
+    def find_class(self, module: str, name: str):
+        raise _Refused(f"a reference to {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise _Refused("a persistent id")
+
+
 def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
     """Read the pickle + npz format: a pickled ``{word: row}`` dict and an ``.npz`` with ``embeddings``.
 
     Only rows named by the dictionary are kept, in order of row index. Raises DataError naming
     the file when it is missing, is not a dict of str → int, lacks the ``embeddings`` array, or
-    when an index is out of range of the array. Pickle can execute code: load trusted files only.
+    when an index is out of range of the array. The pickle is read by a restricted unpickler that
+    builds plain dicts, strings and integers only: a file that names any class or function (the
+    way a pickle runs code) is refused before anything of it is built.
     """
     word2int_path, embeddings_path = Path(word2int_path), Path(embeddings_path)
     for path in (word2int_path, embeddings_path):
@@ -254,8 +271,13 @@ def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) ->
             raise DataError(f"{path}: file not found")
     try:
         with open(word2int_path, "rb") as handle:
-            mapping = pickle.load(handle)
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as error:
+            mapping = _WordIndexUnpickler(handle).load()
+    except _Refused as refused:
+        advice = ("; write the indices as Python ints ({word: int(index) ...}) or use .vec"
+                  if "numpy" in str(refused) else "")
+        raise DataError(f"{word2int_path}: refused to read it: it holds {refused}, and a word -> index pickle "
+                        f"holds only a dict of str -> int; nothing of the file was built{advice}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError, MemoryError) as error:
         raise DataError(f"{word2int_path}: not a readable pickle ({error})") from None
     if not isinstance(mapping, dict):
         raise DataError(f"{word2int_path}: expected a pickled dict word -> index, got {type(mapping).__name__}")
