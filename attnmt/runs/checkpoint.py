@@ -154,8 +154,9 @@ def load_checkpoint(
             f"or is damaged ({first_line})"
         ) from None
     except Exception as error:  # torch raises RuntimeError/EOFError/... for damaged archives
+        first_line = str(error).splitlines()[0] if str(error) else ""
         raise CheckpointError(
-            f"{path}: corrupt or truncated checkpoint ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+            f"{path}: corrupt or truncated checkpoint ({type(error).__name__}: {first_line})"
         ) from None
 
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
@@ -180,7 +181,8 @@ def load_checkpoint(
             f"(found keys: {', '.join(sorted(map(str, checkpoint)))})"
         )
     model_type = checkpoint["model_type"]
-    config_type = (checkpoint["config"].get("model") or {}).get("type") if isinstance(checkpoint["config"], dict) else None
+    config = checkpoint["config"]
+    config_type = (config.get("model") or {}).get("type") if isinstance(config, dict) else None
     if config_type != model_type:
         raise CheckpointError(
             f"{path}: inconsistent checkpoint: it holds a {model_type!r} model but its config says "

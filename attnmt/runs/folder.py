@@ -34,8 +34,8 @@ from typing import Any
 import yaml
 
 from attnmt.attention.user import CodeRecord
-from attnmt.runs.run_config import RunConfig, yaml_load
 from attnmt.errors import CheckpointError, ConfigError
+from attnmt.runs.run_config import RunConfig, yaml_load
 from attnmt.runtime.atomic_files import write_text_atomic
 
 __all__ = [

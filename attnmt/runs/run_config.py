@@ -34,6 +34,9 @@ from typing import Any
 
 import yaml
 
+from attnmt.data.data_config import DataConfig
+from attnmt.errors import ConfigError
+from attnmt.models import RENAMED_MODEL_KEYS, ModelConfig, model_config
 from attnmt.runtime.checks import (
     BOOLEAN,
     Rule,
@@ -45,11 +48,8 @@ from attnmt.runtime.checks import (
     one_of,
     optional,
 )
-from attnmt.data.data_config import DataConfig
-from attnmt.runtime.device import check_device_name
-from attnmt.errors import ConfigError
-from attnmt.models import RENAMED_MODEL_KEYS, ModelConfig, model_config
 from attnmt.runtime.choices import GUIDE_UNALIGNED
+from attnmt.runtime.device import check_device_name
 from attnmt.runtime.precision import check_precision
 
 __all__ = ["MAX_LEN_A", "MAX_LEN_B", "RunConfig", "SearchConfig", "TrainingConfig", "apply_overrides", "load_config",
@@ -201,7 +201,7 @@ class TrainingConfig:
                 setattr(self, key, float(getattr(self, key)))
 
     @classmethod
-    def from_dict(cls, values: dict | None) -> "TrainingConfig":
+    def from_dict(cls, values: dict | None) -> TrainingConfig:
         return dataclass_from_dict(cls, values, "training")
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,7 +253,7 @@ class SearchConfig:
         check_device_name(self.device, "search.device")
 
     @classmethod
-    def from_dict(cls, values: dict | None) -> "SearchConfig":
+    def from_dict(cls, values: dict | None) -> SearchConfig:
         return dataclass_from_dict(cls, values, "search")
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,7 +270,7 @@ class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
 
     @classmethod
-    def from_dict(cls, values: dict | None, base_dir: str | Path | None = None) -> "RunConfig":
+    def from_dict(cls, values: dict | None, base_dir: str | Path | None = None) -> RunConfig:
         """Build and validate from a plain dict; relative data paths resolve against ``base_dir``.
 
         Every section checks its own keys and values (ConfigError names the first bad one).
@@ -327,7 +327,9 @@ def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_yaml_loader())
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None, set_options: list[str] | None = None) -> RunConfig:
+def load_config(
+    path: str | Path, overrides: dict[str, Any] | None = None, set_options: list[str] | None = None,
+) -> RunConfig:
     """Read a YAML run config; ConfigError (naming the file) when it is missing or invalid.
 
     overrides: the named command-line options (see ``apply_overrides``).
