@@ -369,12 +369,11 @@ def run(args: argparse.Namespace) -> int:
         read_gold,
         write_pharaoh,
     )
-    from attnmt.errors import DataError
+    from attnmt.runtime.outputs import check_output
 
     _check_options(args)
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise DataError(f"{out} exists; pass --overwrite to replace it")
+    out = check_output(args.out, "--out", args.overwrite,
+                       inputs=[args.src, args.tgt, args.gold, args.also_src, args.also_tgt])
     # Words keep their case here: a translator needs it, vector attention lower-cases for itself.
     src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt)
     gold = None

@@ -62,7 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import sys
-    from pathlib import Path
 
     import numpy as np
 
@@ -72,17 +71,16 @@ def run(args: argparse.Namespace) -> int:
         load_word_vectors,
         tokenize,
     )
-    from attnmt.errors import ConfigError, DataError
+    from attnmt.errors import DataError
+    from attnmt.runtime.outputs import check_output
 
     scoring = scoring_from_arguments(args)
     src_tokens, tgt_tokens = tokenize(args.src), tokenize(args.tgt)
     if not src_tokens or not tgt_tokens:
         raise DataError("--src and --tgt must each contain at least one word")
     if args.plot:
-        if Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise ConfigError(f"--plot {args.plot}: the file name must end in .png, .svg or .pdf")
-        if Path(args.plot).exists() and not args.overwrite:
-            raise DataError(f"{args.plot} exists; pass --overwrite to replace it")
+        check_output(args.plot, "--plot", args.overwrite, inputs=[*args.src_vectors, *args.tgt_vectors],
+                     suffixes=[".png", ".svg", ".pdf"])
     aligner = VectorAligner(load_word_vectors(args.src_vectors), load_word_vectors(args.tgt_vectors), scoring)
     result = aligner.attend(src_tokens, tgt_tokens)
     links = extract_links(result.weights, args.method)

@@ -58,18 +58,14 @@ def run(args: argparse.Namespace) -> int:
 
     from attnmt.attention.conformance import check_mechanism
     from attnmt.errors import ConfigError, OutputError
-    from attnmt.runtime.atomic_files import check_target, write_text_atomic
+    from attnmt.runtime.atomic_files import write_text_atomic
+    from attnmt.runtime.outputs import check_output
     from attnmt.runtime.tables import format_table
 
     if any(size < 1 for size in args.dims) or args.heads < 1:
         raise ConfigError(f"--dims {' '.join(map(str, args.dims))} --heads {args.heads}: sizes must be >= 1")
     if args.json is not None:
-        try:
-            check_target(args.json, args.overwrite)
-        except FileExistsError:
-            raise ConfigError(f"--json {args.json} exists; add --overwrite to replace it") from None
-        except IsADirectoryError:
-            raise ConfigError(f"--json {args.json} is a folder; give a file name") from None
+        check_output(args.json, "--json", args.overwrite)
     options = _options(args.option)
     reports = []
     for spec in args.specs:

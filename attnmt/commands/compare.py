@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="the config's training.device")
     add_trust_option(parser)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace summary files in --out that no comparison wrote")
     parser.add_argument("--verbose", action="store_true", help="print the trainer's per-epoch lines too")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         args.config, args.attention, args.runs, args.out, split=args.split, beam=args.beam,
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
         set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
-        trust_run_code=args.trust_run_code, log=lambda line: print(line, flush=True),
+        trust_run_code=args.trust_run_code, overwrite=args.overwrite, log=lambda line: print(line, flush=True),
     )
     print()
     print(comparison.summary_table())

@@ -65,7 +65,9 @@ def _plot_paths(path: Path, count: int) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.errors import ConfigError
-    from attnmt.visual.export import check_attention_path
+    from attnmt.runtime.choices import PLOT_FORMATS
+    from attnmt.runtime.outputs import check_output
+    from attnmt.visual.export import FORMATS
 
     if args.hf is not None and args.run_dir is not None:  # no RUN with --hf: the first word is a sentence
         args.sentences.insert(0, args.run_dir)
@@ -75,11 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None and not args.sentences:
         raise ConfigError("--plot needs the sentences as arguments (not on standard input)")
     plot_paths = _plot_paths(args.plot, len(args.sentences)) if args.plot is not None else []
-    existing = [str(p) for p in plot_paths if p.exists()]
-    if existing and not args.overwrite:
-        raise ConfigError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
+    for path in plot_paths:  # before any translating
+        check_output(path, "--plot", args.overwrite, suffixes=[f".{suffix}" for suffix in PLOT_FORMATS])
     if args.attention_out is not None:
-        check_attention_path(args.attention_out, args.overwrite)
+        check_output(args.attention_out, "--attention-out", args.overwrite, suffixes=list(FORMATS))
     translator = load_translator(args)
     say("translate", translator.describe())
     if args.sentences:

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.decoding.translator import Translator
     from attnmt.errors import ConfigError
     from attnmt.runs.folder import checkpoint_path
+    from attnmt.runtime.outputs import check_output
     from attnmt.visual.examples import view_examples
     from attnmt.visual.viewer import write_attention_viewer
 
@@ -67,15 +68,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give a RUN folder, or a Hugging Face model with --hf MODEL and --src FILE")
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
+    if args.out is not None:  # before the model is loaded
+        check_output(args.out, "--out", args.overwrite, suffixes=[".html"])
     translator = Translator.load(path, device=args.device, trust_run_code=args.trust_run_code)
     say("view", translator.describe())
     config = translator.run_config
     assert config is not None  # loaded from a run
     split, corpus = config.data.canonical_split(args.split), load_split(config.data, args.split)
     beam = translator.search_config.beam if args.beam is None else args.beam
-    out = args.out or run_dir / f"view-{split}.html"
-    if out.exists() and not args.overwrite:
-        raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+    out = check_output(args.out or run_dir / f"view-{split}.html", "--out", args.overwrite, suffixes=[".html"])
 
     count = min(args.examples, len(corpus))
     examples = view_examples(
@@ -94,6 +95,7 @@ def _view_hf(args: argparse.Namespace) -> int:
     """``view --hf MODEL --src FILE [--ref FILE]``: the first N lines of FILE."""
     from attnmt.data.corpus import read_lines
     from attnmt.errors import ConfigError, DataError
+    from attnmt.runtime.outputs import check_output
     from attnmt.visual.examples import view_examples
     from attnmt.visual.viewer import write_attention_viewer
 
@@ -101,9 +103,8 @@ def _view_hf(args: argparse.Namespace) -> int:
         raise ConfigError("give a RUN folder or --hf MODEL, not both")
     if args.src is None:
         raise ConfigError("--hf: give the sentences to show with --src FILE (and their references with --ref FILE)")
-    out = args.out or Path("view-hf.html")
-    if out.exists() and not args.overwrite:
-        raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+    out = check_output(args.out or Path("view-hf.html"), "--out", args.overwrite, inputs=[args.src, args.ref],
+                       suffixes=[".html"])
     sources = read_lines(args.src)[: args.examples]
     references = read_lines(args.ref)[: args.examples] if args.ref is not None else None
     if references is not None and len(references) < len(sources):

@@ -24,3 +24,6 @@ GOLD_FORMATS = ("naacl", "pharaoh")
 #: what guided alignment does with a target word that has no link (training.guide_unaligned;
 #: see attnmt.data.link_files)
 GUIDE_UNALIGNED = ("ignore", "eos")
+
+#: What a heatmap or a curves figure can be written as (the file name's suffix).
+PLOT_FORMATS = ("png", "svg", "pdf")

@@ -255,6 +255,7 @@ def compare_mechanisms(
     log: Callable[[str], None] = print,
     device: str | None = None,
     trust_run_code: bool = False,
+    overwrite: bool = False,
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
     run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
@@ -265,6 +266,7 @@ def compare_mechanisms(
     device: where every run trains and is evaluated (None: the config's ``training.device``).
     trust_run_code: a run of a user mechanism whose file changed since it was trained resumes and is
     evaluated with the copy the run keeps (else UntrustedCodeError).
+    overwrite: replace summary files in ``out`` that an earlier comparison did not write (else ConfigError).
     """
     mechanisms = [str(m) for m in mechanisms]
     if not mechanisms:
@@ -286,6 +288,7 @@ def compare_mechanisms(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a folder; choose another folder")
+    _check_summary_files(out, overwrite)
 
     def config_for(mechanism: str, seed: int):
         return load_config(config_path, {"attention": mechanism, "seed": seed, "device": device, **limits},
@@ -332,6 +335,25 @@ def compare_mechanisms(
                 )
                 write_summary(comparison)
         return comparison
+
+
+SUMMARY_FILES = ("summary.md", "summary.csv", "summary.json", "summary.png")
+
+
+def _check_summary_files(out: Path, overwrite: bool) -> None:
+    """ConfigError when ``out`` holds summary files that no comparison wrote (a summary.json of its
+    own says one did), unless ``overwrite``: compare never replaces a user's own files silently."""
+    existing = [name for name in SUMMARY_FILES if (out / name).exists()]
+    if not existing or overwrite:
+        return
+    try:
+        earlier = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        ours = isinstance(earlier, dict) and {"mechanisms", "runs_per_mechanism", "statistics"} <= set(earlier)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        ours = False
+    if not ours:
+        raise ConfigError(f"--out {out} holds {', '.join(existing)}, which no comparison wrote; compare writes "
+                          f"{', '.join(SUMMARY_FILES)} there: choose another folder, or pass --overwrite")
 
 
 # ================================================================================================

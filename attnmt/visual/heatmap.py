@@ -28,11 +28,11 @@ from matplotlib.figure import Figure
 
 from attnmt.data.pieces import as_matrix, as_tokens, check_matrix_shape, merge_subwords
 from attnmt.runtime.atomic_files import atomic_writer, check_target
+from attnmt.runtime.choices import PLOT_FORMATS
 from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["PLOT_FORMATS", "plot_attention", "plot_metadata"]
 
-PLOT_FORMATS = ("png", "svg", "pdf")
 
 # matplotlib reads svg.fonttype from the global rcParams while saving; changing it briefly
 # (so SVG labels stay real, searchable text) is serialised so our own threads never race.

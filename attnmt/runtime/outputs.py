@@ -1,0 +1,55 @@
+"""Where a command may write, decided before any work: never onto one of its own inputs, never onto
+a file a run folder needs, never into a folder given as a file, only with a suffix it can write,
+and never over an existing file without ``--overwrite``."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from attnmt.errors import ConfigError
+
+__all__ = ["RUN_OWN_FILES", "check_output", "is_run_folder"]
+
+#: Files a run folder needs (attnmt.runs.folder names them); no command's output may replace one.
+RUN_OWN_FILES = ("best.pt", "last.pt", "config.yaml", "metrics.jsonl", "tokenizers.json", "spm.*.model",
+                 "user_attention.py", "user_attention.json", ".attnmt.lock")
+
+
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a run (a checkpoint, or the config and metrics of one)."""
+    return (folder / "best.pt").is_file() or (folder / "last.pt").is_file() or (
+        (folder / "config.yaml").is_file() and (folder / "metrics.jsonl").is_file())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(
+    path: str | os.PathLike, option: str, overwrite: bool, inputs: Iterable[str | os.PathLike | None] = (),
+    suffixes: Sequence[str] | None = None,
+) -> Path:
+    """``path`` as the output of ``option`` (e.g. ``--out``); ConfigError in one line when it is a
+    folder, has a suffix not in ``suffixes``, is one of ``inputs`` (the same file by any name), is a
+    file a run folder needs, or exists while ``overwrite`` is False."""
+    target = Path(path)
+    if suffixes is not None and target.suffix.lower() not in suffixes:
+        raise ConfigError(f"{option} {target}: the file name must end in {', '.join(suffixes)}")
+    if target.is_dir():
+        raise ConfigError(f"{option} {target} is a folder; give a file name to write to")
+    for source in inputs:
+        if source is not None and (_same_file(target, Path(source)) or target.resolve() == Path(source).resolve()):
+            raise ConfigError(f"{option} {target} is also an input of this command ({source}); "
+                              "write the output to another file")
+    if is_run_folder(target.parent) and any(fnmatch.fnmatch(target.name, name) for name in RUN_OWN_FILES):
+        raise ConfigError(f"{option} {target} is a file the run in {target.parent} needs; "
+                          "write the output to another file")
+    if target.exists() and not overwrite:
+        raise ConfigError(f"{option} {target} exists; pass --overwrite to replace it, or choose another name")
+    return target

@@ -1,0 +1,89 @@
+"""Nothing a user owns is lost: no output replaces one of the command's inputs or a file a run
+needs (not even with --overwrite), a folder or an unknown suffix is refused before any work, and
+compare never replaces summary files it did not write."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnmt.errors import ConfigError
+from attnmt.runtime.outputs import check_output
+from attnmt.training.comparison import compare_mechanisms
+
+from helpers import save_yaml, tiny_run_config, write_corpus
+
+PROJECT = Path(__file__).resolve().parents[1]
+LEGACY_RUN = PROJECT / "tests" / "data" / "runs-0.1.0" / "rnn"
+ENV = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
+
+
+def attnmt(*arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnmt", *arguments], input=stdin, capture_output=True, text=True,
+                          env=ENV, timeout=120)
+
+
+def assert_refused(done: subprocess.CompletedProcess, words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and words in done.stderr, done.stderr
+    assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1, done.stderr
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    return Path(shutil.copytree(LEGACY_RUN, tmp_path / "run"))
+
+
+def test_an_output_onto_a_file_the_run_needs_is_refused_even_with_overwrite(run):
+    before = (run / "best.pt").read_bytes()
+    assert_refused(attnmt("view", str(run), "--out", str(run / "best.pt"), "--overwrite"), "must end in .html")
+    assert_refused(attnmt("translate", str(run), "Ein Hund.", "--attention-out", str(run / "config.yaml"),
+                          "--overwrite"), "must end in .npz, .jsonl")
+    with pytest.raises(ConfigError, match="the run in .* needs"):
+        check_output(run / "best.pt", "--out", overwrite=True)
+    with pytest.raises(ConfigError, match="the run in .* needs"):
+        check_output(run / "spm.joint.model", "--out", overwrite=True)
+    assert (run / "best.pt").read_bytes() == before
+    assert check_output(run / "view-other.html", "--out", overwrite=False) == run / "view-other.html"
+
+
+def test_an_output_that_is_an_input_is_refused_even_with_overwrite(tmp_path):
+    src, tgt = tmp_path / "victim.en", tmp_path / "victim.fr"
+    src.write_text("the house\n")
+    tgt.write_text("la maison\n")
+    done = attnmt("align", "--eflomal", "--src", str(src), "--tgt", str(tgt), "--out", str(src), "--overwrite")
+    assert_refused(done, "is also an input")
+    assert src.read_text() == "the house\n"
+    link = tmp_path / "same.en"
+    link.symlink_to(src)
+    with pytest.raises(ConfigError, match="is also an input"):
+        check_output(link, "--out", overwrite=True, inputs=[src])
+
+
+def test_a_folder_or_an_unknown_suffix_is_refused_before_translating(run, tmp_path):
+    assert_refused(attnmt("translate", str(run), "Ein Hund.", "--plot", str(tmp_path / "out.xyz")),
+                   "must end in .png, .svg, .pdf")
+    folder = tmp_path / "folder.png"
+    folder.mkdir()
+    assert_refused(attnmt("translate", str(run), "Ein Hund.", "--plot", str(folder), "--overwrite"), "is a folder")
+    page = tmp_path / "page.html"
+    page.mkdir()
+    assert_refused(attnmt("view", str(run), "--out", str(page), "--overwrite"), "is a folder")
+
+
+def test_compare_keeps_summary_files_it_did_not_write(tmp_path):
+    config = tiny_run_config(tmp_path, train_pairs=20, valid_pairs=3)
+    config["data"]["test"] = {"made_up": write_corpus(tmp_path, "test", 3, seed=3)}
+    path = save_yaml(tmp_path, config, "tiny.yaml")
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "summary.csv").write_text("my own numbers\n")
+    with pytest.raises(ConfigError, match="no comparison wrote.*--overwrite"):
+        compare_mechanisms(path, ["mean"], 1, out, limits={"max_steps": 1}, show_progress=False, log=lambda _: None)
+    assert (out / "summary.csv").read_text() == "my own numbers\n"
+    assert not (out / "runs").exists()
