@@ -6,9 +6,12 @@ test fails instead, so CI never passes by silently running less."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from attnmt.cli import main as cli_main
 
 from helpers import TINY_MODELS, Browser, find_browser, run_trainer, tiny_run_config, write_corpus
 
@@ -76,3 +79,23 @@ def browser():
         yield instance
     finally:
         instance.close()
+
+
+@dataclass
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def attnmt_cli(capsys):
+    """``attnmt_cli("translate", RUN, ...)``: the command run in this process (no interpreter to
+    start), with its exit status and what it printed."""
+    def run(*arguments: str) -> CommandResult:
+        status = cli_main([str(argument) for argument in arguments])
+        captured = capsys.readouterr()
+        return CommandResult(status, captured.out, captured.err)
+
+    return run
+

@@ -4,10 +4,7 @@ compare never replaces summary files it did not write."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,15 +17,14 @@ from helpers import save_yaml, tiny_run_config, write_corpus
 
 PROJECT = Path(__file__).resolve().parents[1]
 LEGACY_RUN = PROJECT / "tests" / "data" / "runs-0.1.0" / "rnn"
-ENV = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
 
 
-def attnmt(*arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnmt", *arguments], input=stdin, capture_output=True, text=True,
-                          env=ENV, timeout=120)
+@pytest.fixture
+def attnmt(attnmt_cli):
+    return attnmt_cli
 
 
-def assert_refused(done: subprocess.CompletedProcess, words: str) -> None:
+def assert_refused(done, words: str) -> None:
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and words in done.stderr, done.stderr
     assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1, done.stderr
@@ -39,7 +35,7 @@ def run(tmp_path) -> Path:
     return Path(shutil.copytree(LEGACY_RUN, tmp_path / "run"))
 
 
-def test_an_output_onto_a_file_the_run_needs_is_refused_even_with_overwrite(run):
+def test_an_output_onto_a_file_the_run_needs_is_refused_even_with_overwrite(attnmt, run):
     before = (run / "best.pt").read_bytes()
     assert_refused(attnmt("view", str(run), "--out", str(run / "best.pt"), "--overwrite"), "must end in .html")
     assert_refused(attnmt("translate", str(run), "Ein Hund.", "--attention-out", str(run / "config.yaml"),
@@ -52,7 +48,7 @@ def test_an_output_onto_a_file_the_run_needs_is_refused_even_with_overwrite(run)
     assert check_output(run / "view-other.html", "--out", overwrite=False) == run / "view-other.html"
 
 
-def test_an_output_that_is_an_input_is_refused_even_with_overwrite(tmp_path):
+def test_an_output_that_is_an_input_is_refused_even_with_overwrite(attnmt, tmp_path):
     src, tgt = tmp_path / "victim.en", tmp_path / "victim.fr"
     src.write_text("the house\n")
     tgt.write_text("la maison\n")
@@ -65,7 +61,7 @@ def test_an_output_that_is_an_input_is_refused_even_with_overwrite(tmp_path):
         check_output(link, "--out", overwrite=True, inputs=[src])
 
 
-def test_a_folder_or_an_unknown_suffix_is_refused_before_translating(run, tmp_path):
+def test_a_folder_or_an_unknown_suffix_is_refused_before_translating(attnmt, run, tmp_path):
     assert_refused(attnmt("translate", str(run), "Ein Hund.", "--plot", str(tmp_path / "out.xyz")),
                    "must end in .png, .svg, .pdf")
     folder = tmp_path / "folder.png"

@@ -167,6 +167,9 @@ def train_cross_lingual_vectors(
         )
     if dim < 1:
         raise ConfigError(f"dim must be >= 1, got {dim}")
+    if not isinstance(singular_power, (int, float)) or not -1.0 <= singular_power <= 1.0:
+        raise ConfigError(f"singular_power must be a number from -1 to 1 (0: no weighting, 0.5: square roots), "
+                          f"got {singular_power!r}")
     started = time.perf_counter()
     src_words = build_vocabulary(src_sentences, min_count)
     tgt_words = build_vocabulary(tgt_sentences, min_count)

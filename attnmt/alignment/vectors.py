@@ -22,7 +22,7 @@ import pickle
 import warnings
 import zipfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,7 +192,22 @@ def _parse_vec(handle: Iterable[str], path: Path, max_words: int | None) -> Word
             f"{path}: the header announces {count} words but the file ends after {len(words)} "
             f"(line {line_number})"
         )
-    return WordVectors(words, _parse_numbers(numbers, dim, path))
+    matrix = _parse_numbers(numbers, dim, path)
+    check_finite(matrix, words, path, line_of_row=lambda row: row + 2)
+    return WordVectors(words, matrix)
+
+
+def check_finite(matrix: np.ndarray, words: Sequence[str], source: str | Path,
+                 line_of_row: Callable[[int], int] | None = None) -> None:
+    """DataError naming the first word whose vector holds NaN or inf (attention over it would be
+    NaN, and every link drawn from it meaningless)."""
+    finite = np.isfinite(matrix).all(axis=1)
+    if not finite.all():
+        row = int(np.argmin(finite))
+        where = f"{source}:{line_of_row(row)}" if line_of_row is not None else str(source)
+        bad = matrix[row][~np.isfinite(matrix[row])][0]
+        raise DataError(f"{where}: the vector of {words[row]!r} holds {bad} ({int((~finite).sum())} vectors are not "
+                        "finite); word vectors must be finite numbers")
 
 
 def _parse_numbers(rows: list[str], dim: int, path: Path) -> np.ndarray:
@@ -229,6 +244,7 @@ def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False,
     path = Path(path)
     if path.exists() and not overwrite:
         raise DataError(f"{path} exists; refusing to overwrite it (remove it or ask to overwrite)")
+    check_finite(vectors.matrix, vectors.words, f"the vectors for {path}")
     for word in vectors.words:
         if not word or any(character.isspace() for character in word):
             raise ValueError(f"save_vec: the word {word!r} is empty or contains white space")
@@ -308,7 +324,9 @@ def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) ->
                 f"rows of {embeddings_path}"
             )
     rows = np.array([int(row) for _, row in items], dtype=np.int64)
-    return WordVectors([word for word, _ in items], embeddings[rows])
+    words = [word for word, _ in items]
+    check_finite(embeddings[rows], words, embeddings_path)
+    return WordVectors(words, embeddings[rows])
 
 
 def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:

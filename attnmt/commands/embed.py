@@ -40,6 +40,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_lines is not None and args.max_lines < 1:
         raise ConfigError(f"--max-lines must be >= 1, got {args.max_lines}")
+    for option, name in (("--src-lang", args.src_lang), ("--tgt-lang", args.tgt_lang)):
+        if not name or name in (".", "..") or any(character in name for character in "/\\\0"):
+            raise ConfigError(f"{option} {name!r}: a language name, without folders (it names OUT/<name>.vec)")
+    if not -1.0 <= args.singular_power <= 1.0:  # NaN fails too
+        raise ConfigError(f"--singular-power must be from -1 to 1 (0: no weighting, 0.5: square roots), "
+                          f"got {args.singular_power}")
     if args.src_lang == args.tgt_lang:
         raise ConfigError(f"--src-lang and --tgt-lang are both {args.src_lang!r}; the file names would clash")
     out = Path(args.out)

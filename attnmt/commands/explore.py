@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_options(args: argparse.Namespace, demos: tuple[str, ...]) -> None:
     from attnmt.errors import ConfigError
+    from attnmt.runtime.memory import available_ram
 
     if args.keys < 2:
         raise ConfigError(f"--keys must be at least 2 (two keys to choose between), got {args.keys}")
@@ -50,6 +51,15 @@ def _check_options(args: argparse.Namespace, demos: tuple[str, ...]) -> None:
         )
     if args.samples < 2:
         raise ConfigError(f"--samples must be at least 2 to measure a spread, got {args.samples}")
+    if not 0 <= args.seed < 2**63:
+        raise ConfigError(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
+    # float64 keys, values and their projections (m × d each, a few copies) and the noise (N × m)
+    needed = 8 * (8 * args.keys * args.dim + 4 * args.samples * args.keys)
+    available = available_ram()
+    if available is not None and needed > available // 2:
+        raise ConfigError(f"--dim {args.dim} --keys {args.keys} --samples {args.samples} need about "
+                          f"{needed / 2**30:.1f} GiB, more than half of the {available / 2**30:.1f} GiB free; "
+                          "choose smaller sizes")
     if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
         raise ConfigError(f"--plot {args.plot} exists and is not a directory")
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
 
 #: what each value of the ``training:`` section must be, checked in this order (``TrainingConfig.validate``)
 TRAINING_RULES = {
-    "seed": integer(0),
+    "seed": integer(0, 2**63 - 1),  # what every generator seeded from it takes
     "lr": number(above=0),
     "max_epochs": integer(1),
     "log_every": integer(1),
@@ -308,11 +309,30 @@ class RunConfig:
         return getattr(self.model, "attention", None)
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names the same key twice: YAML would silently keep the last value."""
+
+    def __init__(self, key: Any, first_line: int, second_line: int):
+        super().__init__(f"{key!r} appears twice in one mapping (lines {first_line} and {second_line}); keep one")
+        self.line = second_line
+
+
 def _yaml_loader():
-    """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``)."""
+    """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``), and
+    refusing a key given twice in one mapping."""
 
     class Loader(yaml.SafeLoader):
-        pass
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    if isinstance(key, (str, int, float, bool)) and key in seen:
+                        raise DuplicateKeyError(key, seen[key], line)
+                    if isinstance(key, (str, int, float, bool)):
+                        seen[key] = line
+            return super().construct_mapping(node, deep=deep)
 
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
@@ -344,15 +364,38 @@ def load_config(
         raise ConfigError(f"{path}: cannot read the config ({error})") from None
     try:
         values = yaml_load(text)
+    except DuplicateKeyError as error:
+        raise ConfigError(f"{path}:{error.line}: {error}") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+        raise ConfigError(f"{path}: {yaml_error_line(error)}") from None
     values = {} if values is None else values
     _warn_of_old_names(values, path)
     try:
         values = apply_overrides(values, overrides or {}, set_options or [])
         return RunConfig.from_dict(values, base_dir=path.resolve().parent)
     except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from None
+        raise ConfigError(f"{_source_of(str(error), overrides or {}, set_options or [], path)}: {error}") from None
+
+
+def yaml_error_line(error: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: ``line L, column C: problem``."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"not valid YAML: {where}{problem}"
+
+
+def _source_of(message: str, overrides: dict[str, Any], set_options: Sequence[str], path: Path) -> str:
+    """Where the value an error names came from: the option (``max_steps=0``, which the command line
+    shows as ``--max-steps 0``), the ``set_options`` entry, else the config file."""
+    for name, value in overrides.items():
+        if value is not None and name in OVERRIDE_KEYS and ".".join(OVERRIDE_KEYS[name]) in message:
+            return f"{name}={value}"
+    for option in reversed(set_options):  # the last one given wins, as when they are applied
+        target = option.partition("=")[0].strip()
+        if target and target in message:
+            return f"set_options={option}"
+    return str(path)
 
 
 def _warn_of_old_names(values: Any, path: Path) -> None:

@@ -24,6 +24,7 @@ import re
 import torch
 
 from attnmt.errors import ConfigError
+from attnmt.runtime.memory import available_ram
 
 __all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank",
            "memory_size",
@@ -102,14 +103,7 @@ def available_memory(device: torch.device) -> int | None:
         return torch.cuda.mem_get_info(device)[0]
     if device.type != "cpu":
         return None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return available_ram()
 
 
 def memory_size(count: int) -> str:

@@ -1,0 +1,80 @@
+"""Values are checked where they enter, and the error names where a value came from: the file and
+line, the option, or --set. Each case here was a traceback or a silent wrong result before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+TINY = str(PROJECT / "configs" / "tiny.yaml")
+
+
+@pytest.fixture
+def attnmt(attnmt_cli):
+    return attnmt_cli
+
+
+def one_line_error(done) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_a_seed_out_of_range_is_refused_and_leaves_no_run_folder(attnmt, tmp_path):
+    out = tmp_path / "run"
+    line = one_line_error(attnmt("train", "--config", TINY, "--seed", str(2**64), "--out", str(out)))
+    assert line.startswith("attnmt train: error: --seed 18446744073709551616: training.seed")
+    assert not out.exists()
+    assert "--seed" in one_line_error(attnmt("explore", "copy", "--seed", "-1"))
+
+
+def test_an_option_is_blamed_not_the_config_file(attnmt, tmp_path):
+    line = one_line_error(attnmt("train", "--config", TINY, "--max-steps", "0", "--out", str(tmp_path / "r")))
+    assert "error: --max-steps 0: training.max_steps" in line and "tiny.yaml" not in line
+    line = one_line_error(attnmt("train", "--config", TINY, "--set", "training.lr=-1", "--out", str(tmp_path / "r")))
+    assert "error: --set training.lr=-1: training.lr" in line
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  lr: -1\n")
+    assert f"{bad}: training.lr" in one_line_error(attnmt("train", "--config", str(bad), "--out", str(tmp_path / "r")))
+
+
+@pytest.mark.parametrize("text, line_number, key", [
+    ("training:\n  lr: 3.0e-3\n  lr: 1.0\n", 3, "lr"),
+    ("data:\n  dataset: multi30k\nmodel:\n  type: rnn\ndata:\n  vocab_size: 10\n", 5, "data"),
+])
+def test_a_key_given_twice_is_an_error_naming_both_lines(attnmt, tmp_path, text, line_number, key):
+    config = tmp_path / "twice.yaml"
+    config.write_text(text)
+    line = one_line_error(attnmt("train", "--config", str(config), "--out", str(tmp_path / "r")))
+    assert f"{config}:{line_number}: {key!r} appears twice" in line
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_place(attnmt, tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("training:\n  lr: [1, 2\n")
+    line = one_line_error(attnmt("train", "--config", str(config), "--out", str(tmp_path / "r")))
+    assert f"{config}: not valid YAML: line 3, column 1" in line
+
+
+def test_explore_sizes_are_checked_against_memory(attnmt):
+    assert "GiB" in one_line_error(attnmt("explore", "copy", "--dim", str(10**11)))
+
+
+def test_embed_refuses_names_with_folders_and_powers_out_of_range(attnmt, tmp_path):
+    base = ["embed", "--src", "a", "--tgt", "b", "--out", str(tmp_path / "vectors")]
+    assert "--src-lang '../x'" in one_line_error(attnmt(*base, "--src-lang", "../x"))
+    for power in ("nan", "inf", "1e6"):
+        assert "--singular-power" in one_line_error(attnmt(*base, "--singular-power", power))
+
+
+def test_vectors_that_are_not_finite_are_refused_naming_the_word(attnmt, tmp_path):
+    good, bad = tmp_path / "en.vec", tmp_path / "fr.vec"
+    good.write_text("2 2\nthe 1 0\nhouse 0 1\n")
+    bad.write_text("2 2\nla 1 0\nmaison nan 1\n")
+    line = one_line_error(attnmt("align-words", "--src-vectors", str(good), "--tgt-vectors", str(bad),
+                                 "--src", "the house", "--tgt", "la maison"))
+    assert f"{bad}:3: the vector of 'maison' holds nan" in line
