@@ -112,7 +112,9 @@ def test_running_again_reuses_every_finished_run(finished, config_path, capsys, 
     code = cli_main(["compare", "--config", str(config_path), "--attention", *MECHANISMS, "--runs", "2",
                      "--out", str(out), "--max-steps", str(STEPS), "--no-progress"])
     assert code == 0 and trained == []
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "device cpu" in captured.err and "device cpu" not in printed  # status on stderr, results on stdout
     assert printed.count(": reused: made_up perplexity") == 4
     assert "| attention | runs | perplexity (mean ± std) | perplexity var |" in printed
     assert f"{comparison.outcomes[0].bleu:.2f}" in printed

@@ -4,7 +4,10 @@ compare never replaces summary files it did not write."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,25 @@ def test_compare_keeps_summary_files_it_did_not_write(tmp_path):
         compare_mechanisms(path, ["mean"], 1, out, limits={"max_steps": 1}, show_progress=False, log=lambda _: None)
     assert (out / "summary.csv").read_text() == "my own numbers\n"
     assert not (out / "runs").exists()
+
+
+def test_a_refused_start_leaves_the_users_folder_as_it_was(attnmt, tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    done = attnmt("train", "--config", str(PROJECT / "configs" / "tiny.yaml"), "--out", str(folder))
+    assert_refused(done, "already exists and is not empty")
+    assert sorted(path.name for path in folder.iterdir()) == ["notes.txt"]  # no .attnmt.lock left behind
+
+
+def test_an_empty_sentence_argument_is_an_error(attnmt, run):
+    assert_refused(attnmt("translate", str(run), "Ein Hund.", " "), "sentence 2 of the arguments is empty")
+
+
+def test_a_bare_carriage_return_stays_inside_its_line(run):
+    done = subprocess.run([sys.executable, "-m", "attnmt", "translate", str(run)],
+                          input=b"Ein Hund.\rEine Katze.\r\nZwei.\n\n", capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(b"\n") == 3  # three input lines, three output lines
+    assert done.stdout.endswith(b"\n\n")  # the empty line stays empty

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_trust_option
+from attnmt.commands.options import add_device_option, add_trust_option, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         args.config, args.attention, args.runs, args.out, split=args.split, beam=args.beam,
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
         set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
-        trust_run_code=args.trust_run_code, overwrite=args.overwrite, log=lambda line: print(line, flush=True),
+        trust_run_code=args.trust_run_code, overwrite=args.overwrite, say=lambda line: say("compare", line),
+        log=lambda line: print(line, flush=True),
     )
     print()
     print(comparison.summary_table())

@@ -2,7 +2,8 @@
 
 With sentences as arguments, prints one translation per sentence. Without, reads standard input
 one sentence a line and writes one translation a line to standard output (an empty line stays
-empty), so it works in a pipe. --plot draws the attention of each sentence as a heatmap;
+empty), so it works in a pipe. Lines end at LF or CRLF; a lone CR is part of its line, so output
+line k always translates input line k. --plot draws the attention of each sentence as a heatmap;
 --attention-out keeps every layer's and head's weights in a .npz or .jsonl file for your own
 analyses (read it back with attnmt.load_attention).
 
@@ -74,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         args.run_dir = None
     if args.beam is not None and args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
+    blank = next((number for number, sentence in enumerate(args.sentences, start=1) if not sentence.strip()), None)
+    if blank is not None:
+        raise ConfigError(f"sentence {blank} of the arguments is empty; give words to translate (on standard "
+                          "input an empty line gives an empty output line)")
     if args.plot is not None and not args.sentences:
         raise ConfigError("--plot needs the sentences as arguments (not on standard input)")
     plot_paths = _plot_paths(args.plot, len(args.sentences)) if args.plot is not None else []
@@ -157,7 +162,7 @@ def _translate_stdin(args: argparse.Namespace, translator) -> int:
 
 
 def _stdin_lines():
-    """Standard input one line at a time, without its line end (LF, CRLF or CR) and a leading
+    """Standard input one line at a time, without its line end (LF or CRLF) and a leading
     byte-order mark; a line that is not UTF-8 comes as its UnicodeDecodeError, so one bad line
     costs only its own translation."""
     source = getattr(sys.stdin, "buffer", None)
@@ -165,10 +170,12 @@ def _stdin_lines():
         for number, line in enumerate(sys.stdin):
             yield line.rstrip("\r\n").lstrip("\ufeff") if number == 0 else line.rstrip("\r\n")
         return
-    # Universal newlines (LF, CRLF, CR); undecodable bytes kept as surrogates, to be reported per line.
-    stream = io.TextIOWrapper(source, encoding="utf-8", errors="surrogateescape", newline=None)
+    # Lines end at LF (a CRLF loses its CR too); a bare CR stays inside its line, so that output
+    # line k is always the translation of input line k. Undecodable bytes are kept as surrogates,
+    # to be reported per line.
+    stream = io.TextIOWrapper(source, encoding="utf-8", errors="surrogateescape", newline="\n")
     for number, line in enumerate(stream):
-        line = line.rstrip("\n")
+        line = line.removesuffix("\n").removesuffix("\r")
         if number == 0:
             line = line.lstrip("\ufeff")
         try:

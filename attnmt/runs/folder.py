@@ -115,8 +115,17 @@ def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: exists and is not a folder; choose another folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / LOCK, "a", encoding="utf-8") as handle:
+    created_folder = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = folder / LOCK
+        created_lock = not lock.exists()
+        handle = open(lock, "a", encoding="utf-8")
+    except PermissionError:
+        raise ConfigError(f"{folder}: no permission to write into this folder; choose another folder") from None
+    except OSError as error:
+        raise ConfigError(f"{folder}: cannot write into this folder ({error.strerror or error})") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -127,7 +136,13 @@ def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
         try:
             yield
         finally:
+            # What this process made only to hold the lock goes: a refused or failed start leaves
+            # the user's folder as it was, and no empty run folder that would block a rerun.
+            if created_lock:
+                lock.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
+            if created_folder and not any(folder.iterdir()):
+                folder.rmdir()
 
 
 def read_saved_config(run_dir: str | Path) -> dict | None:

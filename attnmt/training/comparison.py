@@ -256,6 +256,7 @@ def compare_mechanisms(
     device: str | None = None,
     trust_run_code: bool = False,
     overwrite: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
     run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
@@ -263,6 +264,7 @@ def compare_mechanisms(
     limits: ``{"max_epochs": N, "max_steps": N, "max_minutes": M}`` (None values ignored), per run.
     set_options: ``["section.key=value", ...]`` as ``attnmt train --set``.
     log: receives one line when a run starts and one when it is done, with its scores.
+    say: receives the status line of where the runs train (default: ``log``).
     device: where every run trains and is evaluated (None: the config's ``training.device``).
     trust_run_code: a run of a user mechanism whose file changed since it was trained resumes and is
     evaluated with the copy the run keeps (else UntrustedCodeError).
@@ -305,8 +307,8 @@ def compare_mechanisms(
             out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
             limits=limits, set_options=list(set_options),
         )
-        log(describe(resolve_device(first[mechanisms[0]].training.device),
-                     first[mechanisms[0]].training.precision))
+        (say or log)(describe(resolve_device(first[mechanisms[0]].training.device),
+                              first[mechanisms[0]].training.precision))
         total = len(mechanisms) * runs
         number = 0
         for seed in range(1, runs + 1):
