@@ -15,6 +15,7 @@ import importlib
 import re
 import sys
 import warnings
+from typing import NoReturn
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
@@ -68,8 +69,17 @@ def show_warnings_in_one_line(command: str) -> None:
     warnings.showwarning = show
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a mistake on the command line is one line that points to --help, not the
+    whole usage block (commands' own parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="attnmt",
         description="Attention in sequence-to-sequence models: mechanisms, translators, "
         "alignments and pictures of what attention does.",

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from attnmt.cli import main
+from attnmt.data import batching
+
 PROJECT = Path(__file__).resolve().parents[1]
 TINY = str(PROJECT / "configs" / "tiny.yaml")
 
@@ -78,3 +81,21 @@ def test_vectors_that_are_not_finite_are_refused_naming_the_word(attnmt, tmp_pat
     line = one_line_error(attnmt("align-words", "--src-vectors", str(good), "--tgt-vectors", str(bad),
                                  "--src", "the house", "--tgt", "la maison"))
     assert f"{bad}:3: the vector of 'maison' holds nan" in line
+
+
+def test_argparse_errors_print_one_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["translate", "RUN", "--beam", "nan"])
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "attnmt translate: error: argument --beam: invalid int value: 'nan' (see attnmt translate --help)"]
+
+
+def test_a_repeated_warning_is_printed_once_with_a_count(caplog):
+    batching._OVERSIZED_WARNINGS.pop(1, None)
+    with caplog.at_level("WARNING"):
+        for _ in range(50):
+            batching.make_batches([[1, 2, 3]] * 4, [[1, 2]] * 4, max_tokens=1, shuffle=False)
+    assert [record.getMessage() for record in caplog.records] == [
+        "4 sentence pairs are longer than max_tokens=1; each gets a batch of its own"]
+    assert batching._OVERSIZED_WARNINGS.pop(1) == 50

@@ -157,7 +157,7 @@ def test_translate_view_and_align_take_hf(hf_model, tmp_path, capsys):
 
 def test_hf_mistakes_end_in_one_line(hf_model, tmp_path, capsys, monkeypatch):
     assert cli_main(["translate", "--hf", str(tmp_path / "nothing-here"), "Ein hund."]) == 2
-    assert "--hf " + str(tmp_path / "nothing-here") + ": could not load" in capsys.readouterr().err
+    assert "--hf " + str(tmp_path / "nothing-here") + ": no such folder" in capsys.readouterr().err
     assert cli_main(["view", "--hf", str(hf_model), "--out", str(tmp_path / "v.html")]) == 2
     assert "--hf: give the sentences to show with --src FILE" in capsys.readouterr().err
     assert cli_main(["translate", "--hf", str(hf_model), "Ein hund.", "--precision", "bf16"]) == 2

@@ -28,6 +28,7 @@ gets the same number of batches, and together they cover every pair at least onc
 
 from __future__ import annotations
 
+import atexit
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -154,12 +155,28 @@ def _pack(
     if current:
         batches.append(current)
     if oversized:
-        logger.warning(
-            "%d sentence pairs are longer than max_tokens=%d; each gets a batch of its own",
-            oversized,
-            max_tokens,
-        )
+        _warn_once_per_budget(oversized, max_tokens)
     return batches
+
+
+_OVERSIZED_WARNINGS: dict[int | None, int] = {}  # max_tokens -> batchings that found pairs over it
+
+
+def _warn_once_per_budget(oversized: int, max_tokens: int | None) -> None:
+    """The warning about pairs over ``max_tokens``, once per budget and process (validation and
+    decoding batch many times); at exit, how many more batchings found such pairs."""
+    seen = _OVERSIZED_WARNINGS.get(max_tokens, 0)
+    _OVERSIZED_WARNINGS[max_tokens] = seen + 1
+    if seen == 0:
+        logger.warning("%d sentence pairs are longer than max_tokens=%d; each gets a batch of its own",
+                       oversized, max_tokens)
+        atexit.register(_report_repeats, max_tokens)
+
+
+def _report_repeats(max_tokens: int | None) -> None:
+    repeats = _OVERSIZED_WARNINGS.get(max_tokens, 1) - 1
+    if repeats:
+        logger.warning("(the warning about max_tokens=%s applied to %d more batchings)", max_tokens, repeats)
 
 
 def shard(batches: list[T], rank: int, world_size: int) -> list[T]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,11 @@ class HFTranslator:
     def load(cls, name: str, device: str = "auto") -> HFTranslator:
         """The model and tokenizer ``name`` (a folder, or a hub name on a machine that can reach the
         hub) on ``device``; ConfigError in one line when it cannot be loaded."""
+        local = Path(name).expanduser()
+        looks_local = name.startswith(("/", ".", "~")) or name.count("/") > 1 or local.exists()
+        if looks_local and not local.is_dir():
+            raise ConfigError(f"hf={name}: no such folder" + (" (it is a file; give the model's folder)"
+                                                              if local.exists() else ""))
         transformers = _transformers()
         target = resolve_device(check_device_name(device))
         try:
