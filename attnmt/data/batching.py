@@ -170,13 +170,19 @@ def _warn_once_per_budget(oversized: int, max_tokens: int | None) -> None:
     if seen == 0:
         logger.warning("%d sentence pairs are longer than max_tokens=%d; each gets a batch of its own",
                        oversized, max_tokens)
-        atexit.register(_report_repeats, max_tokens)
+        if not _OVERSIZED_REPORT:
+            atexit.register(_report_repeats)
+        _OVERSIZED_REPORT.add(max_tokens)
 
 
-def _report_repeats(max_tokens: int | None) -> None:
-    repeats = _OVERSIZED_WARNINGS.get(max_tokens, 1) - 1
-    if repeats:
-        logger.warning("(the warning about max_tokens=%s applied to %d more batchings)", max_tokens, repeats)
+_OVERSIZED_REPORT: set[int | None] = set()  # budgets to report on at exit
+
+
+def _report_repeats() -> None:
+    for max_tokens in sorted(_OVERSIZED_REPORT, key=str):
+        repeats = _OVERSIZED_WARNINGS.get(max_tokens, 1) - 1
+        if repeats > 0:
+            logger.warning("(the warning about max_tokens=%s applied to %d more batchings)", max_tokens, repeats)
 
 
 def shard(batches: list[T], rank: int, world_size: int) -> list[T]:
