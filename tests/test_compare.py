@@ -15,6 +15,7 @@ import pytest
 
 import attnmt.training.trainer
 from attnmt.cli import main as cli_main
+from attnmt.errors import ConfigError
 from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.training.comparison import Statistics, compare_mechanisms, eval_json_path, run_folder
 
@@ -207,3 +208,12 @@ def test_evaluate_with_several_beam_sizes_writes_a_table(finished, capsys):
         assert np.mean([len(line.split()) for line in hyps.splitlines()]) == pytest.approx(row["average_length"])
     table = (run / "beam-made_up.md").read_text()
     assert table.count("\n|") == 2 + 3  # header, rule, three beam sizes
+
+
+def test_a_finished_run_is_not_reused_under_another_limit(finished, config_path):
+    out, comparison, _ = finished
+    assert comparison.outcomes[0].stop_reason == f"max_steps={STEPS} reached"  # the limit each run kept
+    with pytest.raises(ConfigError, match=f"stopped at max_steps={STEPS}, but the comparison asks for "
+                                          f"max_steps={STEPS + 3}"):
+        compare_mechanisms(config_path, MECHANISMS, 2, out, limits={"max_steps": STEPS + 3}, show_progress=False,
+                           log=lambda line: None)

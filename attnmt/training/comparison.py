@@ -51,6 +51,7 @@ from attnmt.runs.folder import (
     training_finished,
     writer_lock,
 )
+from attnmt.runs.folder import METRICS as METRICS_FILE
 from attnmt.runs.run_config import RunConfig, load_config
 from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
 from attnmt.runtime.device import describe, resolve_device
@@ -124,6 +125,7 @@ class RunOutcome:
     chrf: float
     step: int | None
     seconds: float  # this session's training + evaluation time (0 for a reused run)
+    stop_reason: str | None = None  # what stopped its training: the limit it was trained to, or early stopping
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -216,6 +218,29 @@ def run_folder(out: str | Path, mechanism: str, seed: int) -> Path:
 
 
 
+def _stop_reason(run_dir: Path) -> str | None:
+    """Why the finished run stopped (its ``summary`` record in metrics.jsonl), or None."""
+    lines = [line for line in (run_dir / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
+    reason = json.loads(lines[-1]).get("stop_reason") if lines else None
+    return reason if isinstance(reason, str) else None
+
+
+def _check_limit_kept(run_dir: Path, requested: RunConfig) -> None:
+    """ConfigError when a finished run was stopped by a limit the comparison now sets otherwise
+    (it would be scored as if trained to the new limit)."""
+    reason = _stop_reason(run_dir) or ""
+    for limit in ("max_steps", "max_epochs", "max_minutes"):
+        if reason.startswith(f"{limit}="):
+            stopped_at = reason.removeprefix(f"{limit}=").split()[0]
+            asked = getattr(requested.training, limit)
+            if str(asked) != stopped_at and not (asked is not None and float(stopped_at) == float(asked)):
+                raise ConfigError(
+                    f"{run_dir}: this run stopped at {limit}={stopped_at}, but the comparison asks for "
+                    f"{limit}={asked}; reusing it would score it as if trained to the new limit. Use another "
+                    "--out folder, or the limits the comparison was started with"
+                )
+
+
 def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable[[str], None],
                   show_progress: bool, verbose: bool, trust_run_code: bool = False) -> tuple[str, dict[str, Any]]:
     """Bring one run of a comparison to an eval json, doing only what is missing; returns
@@ -225,6 +250,8 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
     finished = training_finished(run_dir)
     started_before = run_dir.is_dir() and any(run_dir.iterdir())
     config = _check_same_config(run_dir, requested) if started_before else requested
+    if finished:
+        _check_limit_kept(run_dir, requested)
     if finished and report_path.is_file():
         return "reused", json.loads(report_path.read_text(encoding="utf-8"))
     if finished:
@@ -327,6 +354,7 @@ def compare_mechanisms(
                     mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
                     perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),
                     step=report.get("step"), seconds=time.perf_counter() - started if status != "reused" else 0.0,
+                    stop_reason=_stop_reason(run_dir) if training_finished(run_dir) else None,
                 )
                 comparison.outcomes.append(outcome)
                 took = f" in {_duration(outcome.seconds)}" if status != "reused" else ""
