@@ -320,3 +320,19 @@ def test_cli_align_combines_translators_and_vectors_by_geometric_mean(run_dir, t
                          str(tmp_path / "refused.txt"), *extra]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "refused.txt").exists()
+
+
+def test_cli_refuses_to_combine_a_translator_and_vectors_of_other_languages(run_dir, tmp_path, capsys):
+    src, tgt = sentence_pairs(2)
+    (tmp_path / "test.de").write_text("".join(" ".join(s) + "\n" for s in src), encoding="utf-8")
+    (tmp_path / "test.en").write_text("".join(" ".join(t) + "\n" for t in tgt), encoding="utf-8")
+    vectors = tmp_path / "vectors"  # en.vec and fr.vec: English-French, not the run's German-English
+    vectors.mkdir()
+    words = sorted({w.lower() for s in src + tgt for w in s})
+    for name in ("en.vec", "fr.vec"):
+        (vectors / name).write_text(f"{len(words)} 2\n" + "".join(f"{w} 1 {k}\n" for k, w in enumerate(words)))
+    assert cli_main(["align", "--model", str(run_dir), "--vectors", str(vectors), "--src", str(tmp_path / "test.de"),
+                     "--tgt", str(tmp_path / "test.en"), "--out", str(tmp_path / "x.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "aligns de → en, but --vectors" in err and "holds en → fr" in err
+    assert not (tmp_path / "x.txt").exists()

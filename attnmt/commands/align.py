@@ -189,6 +189,9 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _vector_aligner(args: argparse.Namespace):
+    """The vector aligner of --vectors, its two vocabularies, and its (source, target) languages."""
+    from pathlib import Path
+
     from attnmt.alignment import VectorAligner, load_vector_dir
     from attnmt.commands.align_words import scoring_from_arguments
 
@@ -198,7 +201,25 @@ def _vector_aligner(args: argparse.Namespace):
     print(f"vector attention: {args.vectors} ({info.get('method', 'unknown method')}, "
           f"{len(src_vectors)} + {len(tgt_vectors)} words, d={src_vectors.dim}); "
           f"scoring {scoring.describe(src_vectors.dim)}")
-    return aligner, src_vectors, tgt_vectors
+    languages = tuple(Path(info.get(key, default)).stem for key, default in (("src_file", "en.vec"),
+                                                                             ("tgt_file", "fr.vec")))
+    return aligner, src_vectors, tgt_vectors, languages
+
+
+def _check_same_languages(vectors: str, vector_languages, translators: list, names: list[str]) -> None:
+    """ConfigError when a translator aligns other languages (or the other way round) than the vectors."""
+    from attnmt.errors import ConfigError
+
+    for aligner, name in zip(translators, names):
+        languages = getattr(aligner, "languages", (None, None))
+        if None in languages or None in vector_languages:
+            continue
+        if tuple(languages) != tuple(vector_languages):
+            raise ConfigError(
+                f"--model {name} aligns {languages[0]} → {languages[1]}, but --vectors {vectors} holds "
+                f"{vector_languages[0]} → {vector_languages[1]}: their weights cannot be combined; use vectors of "
+                "the run's languages, or --src-lang to choose the run's direction"
+            )
 
 
 def _file_language(path: str, languages: tuple[str, str]) -> str | None:
@@ -261,7 +282,8 @@ def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
     translators = len(parts)
     vector_share = None
     if args.vectors is not None:
-        aligner, src_vectors, tgt_vectors = _vector_aligner(args)
+        aligner, src_vectors, tgt_vectors, languages = _vector_aligner(args)
+        _check_same_languages(args.vectors, languages, parts, names)
         _report_unknown("source", [[word.lower() for word in s] for s in src_sentences], src_vectors)
         _report_unknown("target", [[word.lower() for word in t] for t in tgt_sentences], tgt_vectors)
         parts.append(aligner)
