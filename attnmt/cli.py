@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import signal
 import sys
+import threading
 import warnings
 from typing import NoReturn
 
@@ -78,6 +80,17 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _interrupt(signal_number: int, frame) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (``kill``, a job scheduler's stop) stops a command as Ctrl-C does: files being
+    written are finished or removed, temporary files and folders cleaned up, exit status 130."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="attnmt",
@@ -111,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     show_warnings_in_one_line(args.command)
+    stop_on_sigterm()
     try:
         return int(args.run(args) or 0)
     except AttnmtError as error:

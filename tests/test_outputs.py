@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from attnmt.errors import ConfigError
 from attnmt.runtime.outputs import check_output
 from attnmt.training.comparison import compare_mechanisms
 
-from helpers import save_yaml, tiny_run_config, write_corpus
+from helpers import run_trainer, save_yaml, tiny_run_config, write_corpus
 
 PROJECT = Path(__file__).resolve().parents[1]
 LEGACY_RUN = PROJECT / "tests" / "data" / "runs-0.1.0" / "rnn"
@@ -108,3 +110,22 @@ def test_a_bare_carriage_return_stays_inside_its_line(run):
     assert done.returncode == 0, done.stderr
     assert done.stdout.count(b"\n") == 3  # three input lines, three output lines
     assert done.stdout.endswith(b"\n\n")  # the empty line stays empty
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [2.5, 4.0])
+def test_sigterm_stops_like_ctrl_c_and_leaves_no_temporary_file(tmp_path, delay):
+    config = tiny_run_config(tmp_path, train_pairs=40, valid_pairs=4, max_steps=2, examples=0)
+    config["data"]["test"] = {"made_up": write_corpus(tmp_path, "test", 300, seed=3)}
+    run_trainer(tmp_path, config)
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "evaluate", str(run), "--split", "made_up",
+                                "--examples", "40", "--beam", "3", "--no-progress"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"})
+    time.sleep(delay)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode in (0, 130), err.decode()
+    assert b"Traceback" not in err
+    assert not [path for path in run.rglob("*") if ".tmp" in path.name], sorted(run.rglob("*"))

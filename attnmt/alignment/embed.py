@@ -174,6 +174,11 @@ def train_cross_lingual_vectors(
     src_words = build_vocabulary(src_sentences, min_count)
     tgt_words = build_vocabulary(tgt_sentences, min_count)
     largest = min(len(src_words), len(tgt_words)) - 1
+    if largest < 1:
+        raise ConfigError(
+            f"min_count={min_count} keeps {len(src_words)} source and {len(tgt_words)} target words: too few "
+            "for any vectors; lower it, or give more sentence pairs"
+        )
     if dim > largest:
         raise ConfigError(
             f"dim={dim} is too large: with min_count={min_count} the vocabularies have "

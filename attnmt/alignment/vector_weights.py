@@ -80,11 +80,11 @@ class VectorScoring:
 
     def __post_init__(self) -> None:
         if self.normalize not in ("cosine", "none"):
-            raise ValueError(f"VectorScoring: normalize must be 'cosine' or 'none', got {self.normalize!r}")
+            raise ValueError(f"normalize={self.normalize}: must be 'cosine' or 'none'")
         if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"VectorScoring: temperature must be a positive number or None, got {self.temperature}")
+            raise ValueError(f"temperature={self.temperature}: must be a positive number (or None for √d)")
         if not (math.isfinite(self.distortion) and self.distortion >= 0):
-            raise ValueError(f"VectorScoring: distortion must be >= 0, got {self.distortion}")
+            raise ValueError(f"distortion={self.distortion}: must be a number >= 0")
 
     @classmethod
     def scaled_dot(cls) -> VectorScoring:
