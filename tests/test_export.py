@@ -66,10 +66,10 @@ def test_attention_out_from_standard_input_numbers_records_by_line(tiny_run, tmp
 def test_attention_out_refuses_bad_targets_before_any_work(tiny_run, tmp_path, capsys):
     _, run = tiny_run
     assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "a.csv")]) == 2
-    assert "a.csv: the attention file must end in .npz or .jsonl, got '.csv'" in capsys.readouterr().err
+    assert "a.csv: the file name must end in .npz or .jsonl, got '.csv'" in capsys.readouterr().err
     (tmp_path / "old.npz").write_bytes(b"mine")
     assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "old.npz")]) == 2
-    assert "old.npz: already exists; pass --overwrite to replace it" in capsys.readouterr().err
+    assert "old.npz exists; pass --overwrite to replace it" in capsys.readouterr().err
     assert (tmp_path / "old.npz").read_bytes() == b"mine"
     assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(tmp_path / "old.npz"),
                      "--overwrite"]) == 0

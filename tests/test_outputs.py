@@ -44,7 +44,7 @@ def test_an_output_onto_a_file_the_run_needs_is_refused_even_with_overwrite(attn
     before = (run / "best.pt").read_bytes()
     assert_refused(attnmt("view", str(run), "--out", str(run / "best.pt"), "--overwrite"), "must end in .html")
     assert_refused(attnmt("translate", str(run), "Ein Hund.", "--attention-out", str(run / "config.yaml"),
-                          "--overwrite"), "must end in .npz, .jsonl")
+                          "--overwrite"), "must end in .npz or .jsonl")
     with pytest.raises(ConfigError, match="the run in .* needs"):
         check_output(run / "best.pt", "--out", overwrite=True)
     with pytest.raises(ConfigError, match="the run in .* needs"):
@@ -68,7 +68,7 @@ def test_an_output_that_is_an_input_is_refused_even_with_overwrite(attnmt, tmp_p
 
 def test_a_folder_or_an_unknown_suffix_is_refused_before_translating(attnmt, run, tmp_path):
     assert_refused(attnmt("translate", str(run), "Ein Hund.", "--plot", str(tmp_path / "out.xyz")),
-                   "must end in .png, .svg, .pdf")
+                   "must end in .png, .svg or .pdf")
     folder = tmp_path / "folder.png"
     folder.mkdir()
     assert_refused(attnmt("translate", str(run), "Ein Hund.", "--plot", str(folder), "--overwrite"), "is a folder")

@@ -40,7 +40,9 @@ def check_output(
     file a run folder needs, or exists while ``overwrite`` is False."""
     target = Path(path)
     if suffixes is not None and target.suffix.lower() not in suffixes:
-        raise ConfigError(f"{option} {target}: the file name must end in {', '.join(suffixes)}")
+        choices = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1]
+        raise ConfigError(f"{option} {target}: the file name must end in {choices}, "
+                          f"got {target.suffix or 'no suffix'!r}")
     if target.is_dir():
         raise ConfigError(f"{option} {target} is a folder; give a file name to write to")
     for source in inputs:
