@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.alignment import save_vector_dir, tokenize, train_cross_lingual_vectors
     from attnmt.data.corpus import read_parallel
     from attnmt.errors import ConfigError
+    from attnmt.runtime.outputs import check_output
 
     if args.max_lines is not None and args.max_lines < 1:
         raise ConfigError(f"--max-lines must be >= 1, got {args.max_lines}")
@@ -49,10 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if args.src_lang == args.tgt_lang:
         raise ConfigError(f"--src-lang and --tgt-lang are both {args.src_lang!r}; the file names would clash")
     out = Path(args.out)
-    if not args.overwrite:
-        existing = [path for path in (out / f"{args.src_lang}.vec", out / f"{args.tgt_lang}.vec") if path.exists()]
-        if existing:  # checked before the minute of work, not after
-            raise ConfigError(f"{', '.join(map(str, existing))} already exist(s); pass --overwrite to replace")
+    for name in (f"{args.src_lang}.vec", f"{args.tgt_lang}.vec", "vectors.json"):  # before the minute of work
+        check_output(out / name, "--out", args.overwrite, inputs=[args.src, args.tgt])
 
     started = time.perf_counter()
     corpus = read_parallel(args.src, args.tgt)
