@@ -91,6 +91,15 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _interrupt)
 
 
+def finish_without_stops() -> None:
+    """Once a command has ended, its files are whole: a SIGTERM or Ctrl-C in the second Python and
+    torch take to shut down would only turn exit status 0 into 143 (Python restores the default
+    handlers before that teardown). Called only when attnmt is the process, never for main([...])."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="attnmt",
@@ -133,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"attnmt {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if argv is None:  # attnmt is the process (the console script, python -m attnmt)
+            finish_without_stops()
 
 
 if __name__ == "__main__":

@@ -99,3 +99,11 @@ def test_a_repeated_warning_is_printed_once_with_a_count(caplog):
     assert [record.getMessage() for record in caplog.records] == [
         "4 sentence pairs are longer than max_tokens=1; each gets a batch of its own"]
     assert batching._OVERSIZED_WARNINGS.pop(1) == 50
+
+
+def test_compare_refuses_a_number_of_runs_no_study_would_use(attnmt, tmp_path):
+    """--runs 18446744073709551616 trained one-step runs until it was stopped."""
+    line = one_line_error(attnmt("compare", "--config", TINY, "--attention", "mean", "--runs", str(2**64),
+                                 "--out", str(tmp_path / "c")))
+    assert "--runs" in line and "from 1 to 1000" in line
+    assert not (tmp_path / "c").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from attnmt.cli import main
 from attnmt.errors import ConfigError
 from attnmt.runtime.outputs import check_output
 from attnmt.training.comparison import compare_mechanisms
@@ -129,3 +130,18 @@ def test_sigterm_stops_like_ctrl_c_and_leaves_no_temporary_file(tmp_path, delay)
     assert process.returncode in (0, 130), err.decode()
     assert b"Traceback" not in err
     assert not [path for path in run.rglob("*") if ".tmp" in path.name], sorted(run.rglob("*"))
+
+
+def test_a_stop_after_the_command_ends_cannot_turn_its_success_into_a_kill(monkeypatch, capsys):
+    """As the process (argv from sys.argv) attnmt ignores SIGTERM and SIGINT once the command has
+    ended, for the shutdown; called as main([...]) it leaves the caller's handlers alone."""
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        main(["explore", "copy", "--samples", "2", "--dim", "4", "--keys", "3"])
+        assert signal.getsignal(signal.SIGINT) is saved[1]
+        monkeypatch.setattr(sys, "argv", ["attnmt", "explore", "copy", "--samples", "2", "--dim", "4", "--keys", "3"])
+        assert main() == 0
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])

@@ -268,6 +268,9 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
                                 device=config.training.device, trust_run_code=trust_run_code).report
 
 
+MAX_RUNS = 1000  # seeds per mechanism; more is a typo, not a study (each run is a whole training)
+
+
 def compare_mechanisms(
     config_path: str | Path,
     mechanisms: Sequence[str],
@@ -309,8 +312,8 @@ def compare_mechanisms(
     if duplicated:
         raise ConfigError(f"mechanisms={' '.join(mechanisms)}: {', '.join(duplicated)} name the same mechanism "
                           "(or the same file and class) more than once")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ConfigError(f"runs={runs!r}: must be an integer >= 1")
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_RUNS:
+        raise ConfigError(f"runs={runs!r}: must be an integer from 1 to {MAX_RUNS} (seeds 1..runs per mechanism)")
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
         raise ConfigError(f"beam={beam!r}: must be an integer >= 1")
     limits = {key: value for key, value in (limits or {}).items() if value is not None}
