@@ -13,6 +13,15 @@ class ConfigError(AttnmtError):
     """A configuration file or option has an unknown key or an invalid value."""
 
 
+class ConfigMismatch(ConfigError):
+    """A run is continued with another config than it was started with; ``differences`` lists the
+    dotted keys, each as "key (value in the run, value now)"."""
+
+    def __init__(self, message: str, differences: list[str]):
+        super().__init__(message)
+        self.differences = differences
+
+
 class CheckpointError(AttnmtError):
     """A checkpoint is missing, corrupt, or was made by another kind of model."""
 

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from attnmt.attention.user import CodeRecord
-from attnmt.errors import CheckpointError, ConfigError
+from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
 from attnmt.runs.run_config import RunConfig, yaml_load
 from attnmt.runtime.atomic_files import write_text_atomic
 
@@ -184,10 +184,11 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
                 section["training"].pop(key, None)
         differences = config_differences(old, new)
         if differences:
-            raise ConfigError(
+            raise ConfigMismatch(
                 "resume=True: the config differs from the one the run was started with: "
                 + "; ".join(differences)
-                + ". Resume without giving the config again (the run's own config is used) or start a new run."
+                + ". Resume without giving the config again (the run's own config is used) or start a new run.",
+                differences,
             )
         for key in RESUMABLE_CHANGES:
             setattr(saved.training, key, getattr(requested.training, key))

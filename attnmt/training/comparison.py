@@ -41,9 +41,10 @@ from matplotlib.figure import Figure
 
 from attnmt.attention.registry import canonical_name, folder_label, short_name
 from attnmt.data import load_split
-from attnmt.errors import ConfigError
+from attnmt.errors import ConfigError, ConfigMismatch
 from attnmt.evaluation.evaluate import evaluate_run
 from attnmt.runs.folder import (
+    CONFIG_FILE,
     LAST,
     eval_json_path,
     read_saved_config,
@@ -204,11 +205,15 @@ def _check_same_config(run_dir: Path, requested: RunConfig) -> RunConfig:
         return requested
     try:
         return resolve_resume_config(saved, requested, {})
-    except ConfigError as error:
+    except ConfigMismatch as mismatch:  # in the comparison's words, not train's advice to resume
         raise ConfigError(
-            f"{run_dir}: this run was made with another config than the comparison asks for now "
-            f"({error}). Use another folder, or the settings the comparison was started with."
+            f"{run_dir}: this run was made with another config than the comparison asks for now: "
+            f"{'; '.join(mismatch.differences)}. Use another --out folder, or the settings the comparison "
+            "was started with"
         ) from None
+    except ConfigError as error:
+        raise ConfigError(f"{run_dir / CONFIG_FILE}: not a run config attnmt can continue ({error}); move the "
+                          "folder away, or use another --out folder") from None
 
 
 def run_folder(out: str | Path, mechanism: str, seed: int) -> Path:
