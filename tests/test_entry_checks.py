@@ -107,3 +107,17 @@ def test_compare_refuses_a_number_of_runs_no_study_would_use(attnmt, tmp_path):
                                  "--out", str(tmp_path / "c")))
     assert "--runs" in line and "from 1 to 1000" in line
     assert not (tmp_path / "c").exists()
+
+
+def test_a_thread_count_torch_cannot_hold_is_refused(attnmt, tmp_path):
+    """align --threads 2**64 was a traceback (torch's "Overflow when unpacking long long")."""
+    legacy_run = PROJECT / "tests" / "data" / "runs-0.1.0" / "rnn"
+    (tmp_path / "s.de").write_text("Ein Hund.\n")
+    (tmp_path / "t.en").write_text("A dog.\n")
+    line = one_line_error(attnmt("align", "--model", str(legacy_run), "--src", str(tmp_path / "s.de"),
+                                 "--tgt", str(tmp_path / "t.en"), "--out", str(tmp_path / "a.txt"),
+                                 "--threads", str(2**64)))
+    assert "--threads 18446744073709551616: must be an integer from 1 to 1024" in line
+    line = one_line_error(attnmt("train", "--config", TINY, "--set", "training.num_threads=100000",
+                                 "--out", str(tmp_path / "r")))
+    assert "training.num_threads=100000" in line and "from 1 to 1024" in line

@@ -39,7 +39,7 @@ from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, force_decod
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
 from attnmt.runs.folder import checkpoint_path
 from attnmt.runs.run_config import RunConfig, SearchConfig
-from attnmt.runtime.checks import is_int
+from attnmt.runtime.checks import MAX_THREADS, is_int
 from attnmt.runtime.device import (
     available_memory,
     check_device_name,
@@ -141,8 +141,8 @@ class Translator:
         unchanged (same SHA-256); ``trust_run_code=True`` runs the copy kept in the run instead, else
         UntrustedCodeError."""
         if num_threads is not None:
-            if not is_int(num_threads) or num_threads < 1:
-                raise ConfigError(f"num_threads={num_threads!r}: must be an integer >= 1")
+            if not is_int(num_threads) or not 1 <= num_threads <= MAX_THREADS:
+                raise ConfigError(f"num_threads={num_threads!r}: must be an integer from 1 to {MAX_THREADS}")
             torch.set_num_threads(num_threads)
         path = checkpoint_path(run, checkpoint)
         state = load_checkpoint(path)

@@ -40,6 +40,7 @@ from attnmt.errors import ConfigError
 from attnmt.models import RENAMED_MODEL_KEYS, ModelConfig, model_config
 from attnmt.runtime.checks import (
     BOOLEAN,
+    MAX_THREADS,
     Rule,
     check_rules,
     dataclass_from_dict,
@@ -69,7 +70,7 @@ TRAINING_RULES = {
     "eval_every": integer(1),
     "checkpoint_every": integer(1),
     "max_steps": optional(integer(1)),
-    "num_threads": optional(integer(1)),
+    "num_threads": optional(integer(1, MAX_THREADS)),
     "max_minutes": optional(number(above=0)),
     "clip_norm": optional(number(above=0)),
     "lr_schedule": one_of(LR_SCHEDULES),

@@ -53,6 +53,11 @@ class Rule:
     wanted: str
 
 
+#: the most torch threads attnmt asks for (a larger number is a typo; torch's own bound is 2**31 - 1,
+#: and it starts every thread it is asked for)
+MAX_THREADS = 1024
+
+
 def integer(minimum: int, maximum: int | None = None) -> Rule:
     """An integer (not a bool) from ``minimum`` to ``maximum`` (None: no upper bound)."""
     if maximum is None:
