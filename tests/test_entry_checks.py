@@ -121,3 +121,13 @@ def test_a_thread_count_torch_cannot_hold_is_refused(attnmt, tmp_path):
     line = one_line_error(attnmt("train", "--config", TINY, "--set", "training.num_threads=100000",
                                  "--out", str(tmp_path / "r")))
     assert "training.num_threads=100000" in line and "from 1 to 1024" in line
+
+
+@pytest.mark.parametrize("setting, named", [
+    ("model.type=[1]", "model.type"),  # was a TypeError while looking for old option names
+    ("data.character_coverage=0.5", "from 0.98 to 1"),  # was sentencepiece's own check, after reading the data
+])
+def test_config_values_that_reached_a_library_are_refused_where_they_enter(attnmt, tmp_path, setting, named):
+    line = one_line_error(attnmt("train", "--config", TINY, "--set", setting, "--out", str(tmp_path / "r")))
+    assert named in line
+    assert not (tmp_path / "r").exists()

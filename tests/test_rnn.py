@@ -382,6 +382,8 @@ def test_config_round_trip_and_defaults():
         ({"tie_output": "yes"}, "tie_output"),
         ({"type": "transformer"}, "type"),
         ({"attention_options": [1]}, "attention_options"),
+        ({"hidden_dim": 2**70}, "hidden_dim must be an integer from 1 to 1,048,576"),  # was torch's C++ frames
+        ({"attention_options": {"kq_dim": 2**70}}, "kq_dim.*Overflow when unpacking long long$"),
     ],
 )
 def test_config_errors_name_the_option(options, named):

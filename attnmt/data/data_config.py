@@ -162,8 +162,9 @@ class DataConfig:
                 f"data.tokenizer_type: unknown type {self.tokenizer_type!r}; valid: {', '.join(MODEL_TYPES)}"
             )
         coverage = self.character_coverage
-        if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0 < coverage <= 1:
-            raise ConfigError(f"data.character_coverage: must be a number in (0, 1], got {coverage!r}")
+        if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0.98 <= coverage <= 1:
+            raise ConfigError(f"data.character_coverage: must be a number from 0.98 to 1 (what sentencepiece "
+                              f"accepts), got {coverage!r}")
 
     # ---- splits ------------------------------------------------------------------------------
 

@@ -65,7 +65,7 @@ def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:
     model_type = values.get("type")
     if model_type is None:
         raise ConfigError(f"model config needs a 'type' ({', '.join(MODEL_TYPES)})")
-    if model_type not in MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise ConfigError(f"unknown model.type {model_type!r}; known types: {', '.join(MODEL_TYPES)}")
     return MODEL_TYPES[model_type][0].from_dict(values)
 

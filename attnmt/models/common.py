@@ -8,8 +8,13 @@ import torch
 
 from attnmt.errors import ConfigError
 
-__all__ = ["check_target_mask", "count_parameters", "default_layer", "log_probabilities",
+__all__ = ["MAX_SIZE", "check_target_mask", "count_parameters", "default_layer", "log_probabilities",
            "resolve_position"]
+
+#: the largest model dimension or layer count a config may give: far above any model that fits in
+#: memory (which the trainer checks), and low enough that the products of sizes torch computes stay
+#: within its 64-bit integers (2**70 reached torch and came back as a C++ stack trace)
+MAX_SIZE = 2**20
 
 
 def check_target_mask(tgt_mask, tgt_in):

@@ -69,7 +69,7 @@ from attnmt.attention.mechanisms import Attention, PreparedKeys
 from attnmt.attention.registry import build_attention, canonical_name, is_builtin
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
-from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
 from attnmt.runtime.renames import renamed_keys
 
 __all__ = [
@@ -204,16 +204,17 @@ class RNNConfig:
                     self.attention, self.hidden_dim, self.encoder_state_dim, self.encoder_state_dim,
                     **self.attention_options,
                 )
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, RuntimeError) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__  # not torch's C++ frames
             raise ConfigError(
                 f"model.attention {self.attention!r} with attention_options {self.attention_options} "
-                f"(hidden_dim={self.hidden_dim}, encoder states of size {self.encoder_state_dim}): {error}"
+                f"(hidden_dim={self.hidden_dim}, encoder states of size {self.encoder_state_dim}): {reason}"
             ) from None
 
 
 def _require_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+        raise ConfigError(f"model.{name} must be an integer from 1 to {MAX_SIZE:,}, got {value!r}")
 
 
 def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

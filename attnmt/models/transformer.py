@@ -59,7 +59,7 @@ from attnmt.attention.registry import canonical_name, is_builtin
 from attnmt.attention.user import build_user_score
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
-from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
 from attnmt.runtime.renames import renamed_keys
 
 __all__ = [
@@ -130,8 +130,9 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"transformer model config: {name} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+                raise ConfigError(f"transformer model config: {name} must be an integer from 1 to {MAX_SIZE:,}, "
+                                  f"got {value!r}")
         if self.d_model % self.num_heads:
             raise ConfigError(
                 f"transformer model config: d_model={self.d_model} is not divisible by num_heads={self.num_heads}"

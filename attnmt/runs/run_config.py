@@ -404,7 +404,10 @@ def _warn_of_old_names(values: Any, path: Path) -> None:
     model = values.get("model") if isinstance(values, dict) else None
     if not isinstance(model, dict):
         return
-    for old, new in RENAMED_MODEL_KEYS.get(model.get("type", "rnn"), {}).items():
+    model_type = model.get("type", "rnn")
+    if not isinstance(model_type, str):  # a wrong type is reported by the validation that follows
+        return
+    for old, new in RENAMED_MODEL_KEYS.get(model_type, {}).items():
         if old in model:
             warnings.warn(f"{path}: model.{old} is called model.{new} since attnmt 0.2.0; the old name is read "
                           f"until 0.3", FutureWarning, stacklevel=3)
