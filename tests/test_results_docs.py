@@ -113,7 +113,8 @@ def _check(figure: tuple[str, str, str], key: str, file: str, base: str) -> str 
     """None when the figure prints the key's value, else what is wrong."""
     if key == SETTING:
         return None
-    name, _, path = key.rpartition(":") if ":" in key else (file, "", key)
+    named = re.fullmatch(r"(.+?\.json):(.*)", key)  # a key of another file; a key itself may hold ":"
+    name, path = (named.group(1), named.group(2)) if named else (file, key)
     path = path if path.startswith("/") else f"{base}/{path}"
     try:
         value = _lookup(name, path)
