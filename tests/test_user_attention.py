@@ -340,7 +340,7 @@ def copied_run_with_edited_code(user_run, folder: Path, appended: str):
 @pytest.mark.slow
 def test_a_changed_or_missing_file_is_not_imported_without_trust(user_run, tmp_path):
     with copied_run_with_edited_code(user_run, tmp_path, "\nraise SystemExit('this must not run')\n") as (run, code):
-        with pytest.raises(UntrustedCodeError, match="has changed since.*--trust-run-code"):
+        with pytest.raises(UntrustedCodeError, match="has changed since.*trust_run_code=True runs the copy"):
             Translator.load(run)
         translator = Translator.load(run, trust_run_code=True)  # the copy kept in the run
         assert translator.translate(["Ein hund."])[0].output is not None

@@ -405,7 +405,7 @@ def resolve_recorded(record: CodeRecord, trust_run_code: bool, where: str) -> ty
         state = "has changed since" if path.is_file() else "is not on this machine as it was when"
         raise UntrustedCodeError(
             f"{where}: its attention {record.spec!r} comes from {path}, which {state} the run was trained; "
-            "--trust-run-code (trust_run_code=True) runs the copy kept in the run instead"
+            "trust_run_code=True runs the copy kept in the run instead"
         )
     registered = _REGISTERED.get(record.spec)
     if registered is not None and _sha256(_class_file(registered, record.spec)) == record.sha256:

@@ -265,7 +265,7 @@ def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = F
             return {}  # built by name, as the user trusts it
         raise UntrustedCodeError(
             f"{path}: its attention {name!r} is a user mechanism, but the checkpoint keeps no record of its code; "
-            "--trust-run-code (trust_run_code=True) builds it by name"
+            "trust_run_code=True builds it by name"
         )
     code = CodeRecord.from_dict(record, str(path))
     return {code.spec: resolve_recorded(code, trust_run_code, str(path))}
