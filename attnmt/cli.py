@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import signal
 import sys
@@ -80,15 +81,39 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _interrupt(signal_number: int, frame) -> NoReturn:
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _unsafe_to_interrupt(frame) -> bool:
+    """Whether a KeyboardInterrupt raised in ``frame`` would do harm: inside an import a library's
+    initialisation (torch's C part) cannot be interrupted (the process aborted, status -6); inside a
+    weakref callback or a ``__del__`` Python prints it as "Exception ignored" and drops the stop."""
+    while frame is not None:
+        code = frame.f_code
+        if (code.co_filename.startswith("<frozen importlib") or code.co_name == "__del__"
+                or code.co_filename.endswith(("weakref.py", "_weakrefset.py"))):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt(signal_number: int, frame) -> None:
+    if _unsafe_to_interrupt(frame):  # ask again in 50 ms, until the main thread is somewhere safe
+        retry = threading.Timer(0.05, os.kill, (os.getpid(), signal_number))
+        retry.daemon = True
+        retry.start()
+        return
     raise KeyboardInterrupt
 
 
-def stop_on_sigterm() -> None:
-    """SIGTERM (``kill``, a job scheduler's stop) stops a command as Ctrl-C does: files being
-    written are finished or removed, temporary files and folders cleaned up, exit status 130."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+def stop_on_signals() -> dict:
+    """SIGINT (Ctrl-C) and SIGTERM (``kill``, a job scheduler's stop) stop a command the same way:
+    files being written are finished or removed, temporary files and folders cleaned up, exit
+    status 130. A stop that comes where raising is unsafe (``_unsafe_to_interrupt``) is asked
+    again 50 ms later. Returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {number: signal.signal(number, _interrupt) for number in STOP_SIGNALS}
 
 
 def finish_without_stops() -> None:
@@ -96,8 +121,8 @@ def finish_without_stops() -> None:
     torch take to shut down would only turn exit status 0 into 143 (Python restores the default
     handlers before that teardown). Called only when attnmt is the process, never for main([...])."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     show_warnings_in_one_line(args.command)
-    stop_on_sigterm()
+    previous_handlers = stop_on_signals()
     try:
         return int(args.run(args) or 0)
     except AttnmtError as error:
@@ -145,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if argv is None:  # attnmt is the process (the console script, python -m attnmt)
             finish_without_stops()
+        else:  # a caller's process (tests, notebooks): its own handlers again
+            for number, handler in previous_handlers.items():
+                signal.signal(number, handler)
 
 
 if __name__ == "__main__":

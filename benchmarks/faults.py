@@ -22,15 +22,21 @@
    of different lengths, truncated .gz, not UTF-8), ``evaluate``, ``view``, ``embed``, ``align``,
    ``align-words``, ``compare``, ``explore`` and ``curves``, with absurd option values. Each runs in this process
    under a time limit; each must end with a result or with a one-line error, exit status 2.
+6. Hostile files, outputs aimed at inputs, odd numbers for every numeric option, mutated files of
+   each structured format, and SIGINT / SIGTERM at random moments: ``fault_cases.py`` says how each
+   is made. A hostile file's code would create a marker file; the marker must never appear. An
+   input of a case (or a file its run needs) must hold the same bytes after it as before.
 
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
 "unreadable checkpoint", "different result", "partial file left" (a temporary file a killed write
 left that the resumed run did not remove, or a command left), "lost" (an output neither its old nor
-its new self, or a run that cannot resume to the same end), "hang" (past the time limit). The table
-and ``benchmarks/results/faults.json`` count them.
+its new self, or a run that cannot resume to the same end), "hang" (past the time limit), "ran
+code" (a file's code ran), "user file changed" (an input was changed). The table and
+``benchmarks/results/faults.json`` count them.
 
-    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 3 minutes)
-    python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50    # a quick look
+    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 8 minutes)
+    python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50 --hostile 16 --onto 16 --numbers 40 \\
+        --formats 15 --signals 5    # a quick look
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from fault_cases import classify, hostile_files, odd_numbers, outputs_onto_inputs, signals, structured_formats
 from portable import portable
 
 from attnmt.cli import main as cli_main
@@ -257,7 +264,7 @@ def disk_commands(folder: Path, reference: Path, config: Path, compared: Path) -
                                               "--plot", str(out)]),
         "compare": (compared, lambda out: ["compare", "--config", str(config), "--attention", "dot", "--runs", "1",
                                            "--max-steps", "2", "--split", "valid", "--out", str(out),
-                                           "--no-progress"]),
+                                           "--no-progress", "--overwrite"]),  # the case's earlier summaries
     }
 
 
@@ -525,8 +532,9 @@ def fuzz_cases(rng: random.Random, count: int, folder: Path, run: Path, config: 
 
 
 def _lines(data: bytes) -> int:
-    """Lines in ``data`` as universal newlines count them (a last line without its end counts)."""
-    return len(re.findall(rb"\r\n|\r|\n", data)) + (1 if data and not data.endswith((b"\n", b"\r")) else 0)
+    """Lines in ``data`` as translate counts them: each ends at LF (a lone CR is part of its line;
+    a last line without its end counts)."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def fuzz(folder: Path, run: Path, config: Path, count: int, rng: random.Random) -> list[dict]:
@@ -576,22 +584,48 @@ def fuzz(folder: Path, run: Path, config: Path, count: int, rng: random.Random) 
 def recorded_cases(categories: dict[str, list[dict]]) -> dict:
     """Every case of the small categories; of the fuzzed input, the outcomes per command family and
     every case that did not end correctly or with a clear error (500 ordinary cases are noise)."""
-    recorded = {name: cases for name, cases in categories.items() if name != "fuzzed input"}
-    fuzzed = categories.get("fuzzed input", [])
-    by_family: dict[str, dict[str, int]] = {}
-    for case in fuzzed:
-        counts = by_family.setdefault(case["family"], {})
-        counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
-    recorded["fuzzed input"] = {"by_family": by_family,
-                                "faults": [c for c in fuzzed if c["outcome"] not in ("correct", "clear error")]}
+    recorded = {name: cases for name, cases in categories.items() if name not in GENERATED}
+    for name in GENERATED:
+        generated = categories.get(name, [])
+        by_family: dict[str, dict[str, int]] = {}
+        for case in generated:
+            counts = by_family.setdefault(case["family"], {})
+            counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
+        recorded[name] = {"by_family": by_family,
+                          "faults": [c for c in generated if c["outcome"] not in ("correct", "clear error")]}
     return recorded
+
+
+GENERATED = ("fuzzed input", "hostile files", "outputs onto inputs", "odd numbers", "structured formats")
+
+
+def run_cases(cases, folder: Path) -> list[dict]:
+    """Run generated (family, argv, stdin, inputs, marker) cases in this process and classify them."""
+    results = []
+    for family, argv, stdin, inputs, marker in cases:
+        before = {path: path.read_bytes() if path.is_file() else None for path in inputs}
+        temporary = set(folder.rglob("*.tmp"))
+        code, _, err = run_cli(argv, stdin)
+        partial = sorted(str(p.relative_to(folder)) for p in set(folder.rglob("*.tmp")) - temporary)
+        outcome = classify(code, err, inputs, before, marker, partial)
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        results.append({"family": family, "argv": [a.replace(str(folder), "$RUNS")[:80] for a in argv],
+                        "outcome": outcome, "message": last.replace(str(folder), "$RUNS")[:300]})
+        if outcome not in ("correct", "clear error"):
+            print(f"  {family}: {outcome}: {' '.join(argv)[:150]} -> {last[:200]}", flush=True)
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILL moments (default 20)")
     parser.add_argument("--disk", type=int, default=40, help="full-disk cases over 8 writing commands (default 40)")
-    parser.add_argument("--fuzz", type=int, default=500, help="generated input cases (default 500)")
+    parser.add_argument("--fuzz", type=int, default=600, help="generated input cases (default 600)")
+    parser.add_argument("--hostile", type=int, default=200, help="files that would run code (default 200)")
+    parser.add_argument("--onto", type=int, default=160, help="outputs aimed at inputs (default 160)")
+    parser.add_argument("--numbers", type=int, default=550, help="odd numbers for numeric options (default 550)")
+    parser.add_argument("--formats", type=int, default=400, help="mutated files of each format (default 400)")
+    parser.add_argument("--signals", type=int, default=30, help="SIGINT/SIGTERM at random moments (default 30)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -615,9 +649,28 @@ def main() -> None:
         categories["two writers"] = two_writers(folder, config)
         print(f"fuzzed input: {args.fuzz} cases", flush=True)
         categories["fuzzed input"] = fuzz(folder, folder / "reference", config, args.fuzz, rng)
+        data = {name: folder / name for name in ("valid.de", "valid.en")}
+        data["vec"] = folder / "tiny.vec"  # written by fuzz()
+        marker = folder / "CODE-RAN"
+        reference = folder / "reference"
+        print(f"hostile files: {args.hostile} cases", flush=True)
+        categories["hostile files"] = run_cases(
+            hostile_files(rng, args.hostile, folder, reference, data["vec"], marker), folder)
+        print(f"outputs onto inputs: {args.onto} cases", flush=True)
+        categories["outputs onto inputs"] = run_cases(outputs_onto_inputs(rng, args.onto, folder, reference, data),
+                                                      folder)
+        print(f"odd numbers: {args.numbers} cases", flush=True)
+        categories["odd numbers"] = run_cases(odd_numbers(rng, args.numbers, folder, reference), folder)
+        print(f"structured formats: {args.formats} cases", flush=True)
+        categories["structured formats"] = run_cases(
+            structured_formats(rng, args.formats, folder, reference, data), folder)
+        print(f"signals: {args.signals} cases", flush=True)
+        categories["signals"] = list(signals(rng, args.signals, folder, reference, ENV))
+        running = sum(not case["ended_before_the_signal"] for case in categories["signals"])
+        print(f"  {running} of {args.signals} commands were still running when the signal came", flush=True)
 
     outcomes = ["correct", "clear error", "traceback", "unreadable checkpoint", "different result",
-                "partial file left", "lost", "hang"]
+                "partial file left", "lost", "hang", "ran code", "user file changed"]
     rows = []
     for name, cases in categories.items():
         counts = [sum(case["outcome"] == outcome for case in cases) for outcome in outcomes]
@@ -629,6 +682,8 @@ def main() -> None:
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
               "seconds": round(time.monotonic() - begun),
               "torch": torch.__version__, "kills": args.kills, "disk": args.disk, "fuzz": args.fuzz,
+              "hostile": args.hostile, "onto": args.onto, "numbers": args.numbers, "formats": args.formats,
+              "signals": args.signals,
               "seed": args.seed,
               "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
               "cases": recorded_cases(categories)}

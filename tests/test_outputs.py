@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.cli import main
+from attnmt.cli import _interrupt as cli_interrupt
+from attnmt.cli import _unsafe_to_interrupt, main
 from attnmt.errors import ConfigError
 from attnmt.runtime.outputs import check_output
 from attnmt.training.comparison import compare_mechanisms
@@ -145,3 +146,32 @@ def test_a_stop_after_the_command_ends_cannot_turn_its_success_into_a_kill(monke
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])
+
+
+def test_a_stop_waits_for_an_import_to_end(tmp_path, monkeypatch):
+    """A KeyboardInterrupt inside torch's import aborted the process (status -6): a stop that comes
+    during an import is asked again once the import is done; anywhere else it stops at once."""
+    with pytest.raises(KeyboardInterrupt):
+        cli_interrupt(signal.SIGTERM, sys._getframe())
+    seen = []
+
+    class Finaliser:
+        def __del__(self):  # an exception here would be printed as "Exception ignored" and dropped
+            seen.append(_unsafe_to_interrupt(sys._getframe()))
+
+    Finaliser()
+    assert seen == [True]
+    received = []
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: received.append(number))
+    try:
+        (tmp_path / "slow_library.py").write_text(
+            "import signal, sys\nfrom attnmt import cli\ncli._interrupt(signal.SIGUSR1, sys._getframe())\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        __import__("slow_library")  # no KeyboardInterrupt inside the import
+        deadline = time.monotonic() + 5
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert received == [signal.SIGUSR1]  # the stop, asked again after the import
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        sys.modules.pop("slow_library", None)

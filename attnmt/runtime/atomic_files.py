@@ -26,16 +26,6 @@ __all__ = ["atomic_writer", "check_target", "remove_stale_temporaries", "write_b
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
-def _new_temporary(folder: Path, name: str) -> tuple[Path, int]:
-    """A new temporary file beside the target, created with 0666 & ~umask like an ordinary file."""
-    while True:
-        temporary = folder / f".{name}.{secrets.token_hex(4)}.tmp"
-        try:
-            return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:  # pragma: no cover - 32 random bits collided
-            continue
-
-
 @contextmanager
 def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """``with atomic_writer(path) as handle:`` write binary data to ``handle``; on a clean exit the
@@ -48,7 +38,14 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary, descriptor = _new_temporary(path.parent, path.name)
+        while True:  # a new file beside the target, created with 0666 & ~umask like an ordinary file
+            # named before it exists, so that a Ctrl-C at any moment leaves no file the finally misses
+            temporary = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+            try:
+                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:  # pragma: no cover - 32 random bits collided: not ours to remove
+                temporary = None
         with os.fdopen(descriptor, "wb") as handle:
             yield handle
             handle.flush()
