@@ -60,6 +60,16 @@ class HFReadout(torch.nn.Module):
         super().__init__()
         self.model, self.name = model, name
 
+    @property
+    def source_token_embedding(self) -> torch.nn.Module:
+        """The encoder's token table (a Marian model shares it with the decoder; the encoder calls
+        it first), whose output saliency is taken against (``attnmt.models.saliency``)."""
+        return self.model.get_encoder().embed_tokens
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
     def forward(self, src, src_mask, tgt_in, return_attention: str = "heads"):
         output = self.model(input_ids=src, attention_mask=src_mask.long(), decoder_input_ids=tgt_in,
                             output_attentions=True)

@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 from attnmt.data.batching import longest_first
 from attnmt.data.special_tokens import BOS_ID, PAD_ID
 
-__all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedReading", "SpecialIds", "force_decode"]
+__all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedBatch", "ForcedReading", "SpecialIds", "force_decode",
+           "forced_batches", "padded_rows"]
 
 #: bound on B · max(S, T) padded tokens per forward call (as ``data.max_tokens`` in training)
 DEFAULT_MAX_TOKENS = 4000
@@ -69,8 +70,47 @@ class ForcedReading:
     log_probs: np.ndarray | None = None
 
 
-def _padded(rows: Sequence[Sequence[int]], width: int, pad: int) -> torch.Tensor:
+def padded_rows(rows: Sequence[Sequence[int]], width: int, pad: int) -> torch.Tensor:
+    """Rows of token ids as one [len(rows), width] long tensor, each filled up with ``pad``."""
     return torch.tensor([list(row) + [pad] * (width - len(row)) for row in rows], dtype=torch.long)
+
+
+@dataclass
+class ForcedBatch:
+    """One batch of pairs as the model reads them under force decoding, on the model's device:
+    ``src`` [B, S] and ``src_mask`` [B, S] (True = a real token), ``tgt_in`` [B, T] (the start
+    symbol, then the output without its last token) and ``targets`` [B, T] (the output), padded."""
+
+    pairs: list[int]
+    src: torch.Tensor
+    src_mask: torch.Tensor
+    tgt_in: torch.Tensor
+    targets: torch.Tensor
+
+
+def forced_batches(sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], *, max_tokens: int,
+                   specials: SpecialIds, device: torch.device, caller: str) -> list[ForcedBatch]:
+    """The pairs in batches of B · max(S, T) ≤ ``max_tokens`` padded tokens, longest first.
+    ValueError (naming ``caller``) when the lists differ in length or a row is empty."""
+    if len(sources) != len(outputs):
+        raise ValueError(f"{caller}: {len(sources)} sources but {len(outputs)} outputs")
+    for name, rows in (("source", sources), ("output", outputs)):
+        if any(len(row) == 0 for row in rows):
+            raise ValueError(f"{caller}: every {name} needs at least one token (its EOS)")
+    widths = [max(len(source), len(output)) for source, output in zip(sources, outputs)]
+    batches = []
+    for pairs in longest_first(widths, max_tokens=max_tokens):
+        src_lengths = torch.tensor([len(sources[k]) for k in pairs])
+        src = padded_rows([sources[k] for k in pairs], int(src_lengths.max()), specials.pad)
+        out_len = max(len(outputs[k]) for k in pairs)
+        batches.append(ForcedBatch(
+            pairs=list(pairs),
+            src=src.to(device),
+            src_mask=(torch.arange(src.shape[1]).unsqueeze(0) < src_lengths.unsqueeze(1)).to(device),
+            tgt_in=padded_rows([[specials.start, *outputs[k][:-1]] for k in pairs], out_len, specials.pad).to(device),
+            targets=padded_rows([outputs[k] for k in pairs], out_len, specials.pad).to(device),
+        ))
+    return batches
 
 
 def force_decode(
@@ -88,42 +128,30 @@ def force_decode(
     sources, outputs: complete rows of token ids (module docstring); every row needs at least one
     token. The model runs in eval mode under ``torch.inference_mode`` and gets its mode back.
     """
-    if len(sources) != len(outputs):
-        raise ValueError(f"force_decode: {len(sources)} sources but {len(outputs)} outputs")
-    for name, rows in (("source", sources), ("output", outputs)):
-        if any(len(row) == 0 for row in rows):
-            raise ValueError(f"force_decode: every {name} needs at least one token (its EOS)")
-    widths = [max(len(source), len(output)) for source, output in zip(sources, outputs)]
-    batches = longest_first(widths, max_tokens=max_tokens)
     device = next(model.parameters()).device
+    batches = forced_batches(sources, outputs, max_tokens=max_tokens, specials=specials, device=device,
+                             caller="force_decode")
     bar = tqdm(total=len(sources), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5) \
         if progress else None
     was_training = model.training
     model.eval()
     try:
         for batch in batches:
-            src_lengths = torch.tensor([len(sources[k]) for k in batch])
-            src = _padded([sources[k] for k in batch], int(src_lengths.max()), specials.pad)
-            src_mask = torch.arange(src.shape[1]).unsqueeze(0) < src_lengths.unsqueeze(1)
-            tgt_in = _padded([[specials.start, *outputs[k][:-1]] for k in batch],
-                             max(len(outputs[k]) for k in batch), specials.pad)
             with torch.inference_mode():
-                logits, weights = model(src.to(device), src_mask.to(device), tgt_in.to(device),
-                                        return_attention="heads")
+                logits, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
                 every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]
                 scores = None
                 if log_probs:
-                    targets = _padded([outputs[k] for k in batch], tgt_in.shape[1], specials.pad).to(device)
-                    gathered = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1))
+                    gathered = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.targets.unsqueeze(-1))
                     scores = gathered.squeeze(-1).cpu().numpy()  # [B, T]
-            for row, k in enumerate(batch):
+            for row, k in enumerate(batch.pairs):
                 length, source_length = len(outputs[k]), len(sources[k])
                 yield k, ForcedReading(
                     weights=np.ascontiguousarray(every_head[row, :, :, :length, :source_length]),
                     log_probs=None if scores is None else scores[row, :length].copy(),
                 )
             if bar is not None:
-                bar.update(len(batch))
+                bar.update(len(batch.pairs))
     finally:
         model.train(was_training)
         if bar is not None:

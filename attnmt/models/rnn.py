@@ -382,6 +382,11 @@ class RNNSeq2Seq(nn.Module):
     # Encoder
     # --------------------------------------------------------------------------------------------
 
+    @property
+    def source_token_embedding(self) -> nn.Module:
+        """The source embedding table, whose output saliency is taken against (``models.saliency``)."""
+        return self.src_embedding
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> RNNEncoderOutput:
         """src [B, S] long, src_mask [B, S] bool (right-padded) -> RNNEncoderOutput (module docstring)."""
         lengths = _check_source(src, src_mask)

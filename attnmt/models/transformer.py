@@ -550,6 +550,12 @@ class Transformer(nn.Module):
         return embedding
 
     @property
+    def source_token_embedding(self) -> nn.Module:
+        """The source token table (shared with the target's when ``share_embeddings``; the encoder
+        calls it first), whose output saliency is taken against (``models.saliency``)."""
+        return self.source_embeddings.tokens
+
+    @property
     def cross_attention_layers(self) -> int:
         """Number of decoder layers L, each with attention over the source."""
         return self.config.decoder_layers

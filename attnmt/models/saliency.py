@@ -1,0 +1,224 @@
+"""Gradient saliency of a translation: how much each source token moves the score of each output
+token, the usual second opinion beside attention.
+
+As in the read-out of attention (``attnmt.models.readout``), the decoder is force-decoded: it reads
+a given output ``y`` for a source ``x`` under teacher forcing. The score of output position t is
+its log-probability, a function of the source token embeddings e = (e_1 … e_S), e_s ∈ R^E (the
+output of the model's source embedding table, before any scale or positions the model adds)::
+
+    f_t(e) = log p(y_t | y_<t, x)
+
+The saliency of source token s for output token t, by each method:
+
+    gradient      a[t, s] = ∇_{e_s} f_t(e) · e_s                                  (gradient × input)
+    smoothgrad    a[t, s] = (1/n) Σ_k ∇_{e_s} f_t(e + ε_k) · e_s,   ε_k ~ N(0, (σ · std e)² I)
+    integrated    a[t, s] = e_s · (1/m) Σ_k ∇_{e_s} f_t(α_k e),     α_k = (k − ½) / m,  k = 1 … m
+
+SmoothGrad (Smilkov et al., 2017) averages the gradient over n noisy copies of the embeddings, σ a
+share of their standard deviation. Integrated gradients (Sundararajan et al., 2017) run from the
+all-zero embedding to e, by the midpoint rule; they are complete, Σ_s a[t, s] ≈ f_t(e) − f_t(0),
+the error shrinking as m grows. Scores can be negative: a source token can make an output token
+less likely.
+
+For one pair, with complete rows of token ids as the read-out takes them::
+
+    scores   [T, S] float32   row t: the saliency of every source token for output token t
+
+Pairs are read in batches under a token budget, B · max(S, T) ≤ ``max_tokens``, longest first. For
+each output position t one backward pass takes the gradient of Σ_b f_t over the batch's pairs b: in
+eval mode, with the source mask, pair b's score depends on its own embeddings only, so the
+gradient there is its own. A batch costs n (or m, or 1) forward passes, each with T backward passes.
+
+The source embedding table is found by ``source_embedding``: a model names it by a
+``source_token_embedding`` attribute. When the table is shared with the target side, its first call
+in a forward pass is the source's (every model here encodes before it decodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from attnmt.errors import ConfigError
+from attnmt.models.common import log_probabilities
+from attnmt.models.readout import ATTNMT_SPECIALS, DEFAULT_MAX_TOKENS, ForcedBatch, SpecialIds, forced_batches
+from attnmt.runtime.checks import is_int
+from attnmt.runtime.device import available_memory
+
+__all__ = ["DEFAULT_NOISE", "DEFAULT_SAMPLES", "DEFAULT_STEPS", "SALIENCY_METHODS", "check_saliency_options",
+           "saliency", "saliency_bytes", "source_embedding"]
+
+SALIENCY_METHODS = ("gradient", "smoothgrad", "integrated")
+DEFAULT_SAMPLES = 10  # SmoothGrad's noisy copies
+DEFAULT_NOISE = 0.15  # SmoothGrad's σ, a share of the embeddings' standard deviation
+DEFAULT_STEPS = 50  # integrated gradients' points on the path (tests/test_saliency.py: completeness)
+
+
+def check_saliency_options(method: str, samples: int, noise: float, steps: int) -> None:
+    """ConfigError naming the first option out of range."""
+    if method not in SALIENCY_METHODS:
+        raise ConfigError(f"saliency={method!r}: must be one of {', '.join(SALIENCY_METHODS)}")
+    for name, value in (("samples", samples), ("steps", steps)):
+        if not is_int(value) or not 1 <= value <= 10_000:
+            raise ConfigError(f"saliency_{name}={value!r}: must be an integer from 1 to 10000")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 10:
+        raise ConfigError(f"saliency_noise={noise!r}: must be a number from 0 to 10")
+
+
+def source_embedding(model: nn.Module) -> nn.Module:
+    """The module whose output is the source token embeddings e (module docstring)."""
+    module = getattr(model, "source_token_embedding", None)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"{type(model).__name__} does not name its source embedding table "
+                          "(a source_token_embedding attribute), so its saliency cannot be read")
+    return module
+
+
+class _SourceProbe:
+    """Makes the next call of the source embedding table return a point chosen from its output e,
+    as a leaf tensor whose gradient is read: ``arm(point)`` then a forward pass; ``embeddings``
+    is e, ``leaf`` the point."""
+
+    def __init__(self, table: nn.Module) -> None:
+        self._point: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.embeddings: torch.Tensor | None = None
+        self.leaf: torch.Tensor | None = None
+        self._handle = table.register_forward_hook(self._hook)
+
+    def arm(self, point: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self._point = point
+
+    def _hook(self, module, inputs, output):
+        if self._point is None:  # a later call: the target side of a shared table
+            return None
+        point, self._point = self._point, None
+        self.embeddings = output.detach()
+        self.leaf = point(self.embeddings.float()).to(output.dtype).detach().requires_grad_(True)
+        return self.leaf
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def _points(method: str, samples: int, noise: float, steps: int,
+            generator: torch.Generator) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    """The points where the gradient is taken, each a function of e (module docstring)."""
+    if method == "gradient":
+        return [lambda e: e]
+    if method == "integrated":
+        def scaled(alpha: float) -> Callable[[torch.Tensor], torch.Tensor]:
+            return lambda e: alpha * e
+        return [scaled((k - 0.5) / steps) for k in range(1, steps + 1)]
+
+    def noisy(e: torch.Tensor) -> torch.Tensor:
+        scale = noise * float(e.std()) if e.numel() > 1 else noise
+        drawn = torch.randn(e.shape, generator=generator, dtype=e.dtype, device="cpu").to(e.device)
+        return e + scale * drawn
+    return [noisy] * samples
+
+
+def saliency_bytes(batch: int, src_len: int, out_len: int, vocab: int, embed_dim: int) -> int:
+    """About what one batch holds at once: the logits, their log-softmax and its gradient (float32),
+    and the embeddings, their gradient and the scores."""
+    return 3 * batch * out_len * vocab * 4 + 3 * batch * src_len * embed_dim * 4 + batch * out_len * src_len * 4
+
+
+def saliency(
+    model: nn.Module,
+    sources: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+    *,
+    method: str = "gradient",
+    samples: int = DEFAULT_SAMPLES,
+    noise: float = DEFAULT_NOISE,
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    specials: SpecialIds = ATTNMT_SPECIALS,
+    progress: bool = False,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(k, scores [T, S])`` for every pair ``(sources[k], outputs[k])``, batch by batch (longest
+    first); the rows are as in ``attnmt.models.readout.force_decode``. The model runs in eval mode
+    and gets its mode back; its parameters' gradients are not touched.
+
+    ConfigError for an option out of range, or when a batch would need more than half the memory
+    free on the model's device (before any work; a smaller ``max_tokens`` fits)."""
+    check_saliency_options(method, samples, noise, steps)
+    table = source_embedding(model)
+    device = next(model.parameters()).device
+    batches = forced_batches(sources, outputs, max_tokens=max_tokens, specials=specials, device=device,
+                             caller="saliency")
+    vocab = _output_size(model)
+    embed_dim = int(getattr(table, "embedding_dim", 0) or 0)
+    available = available_memory(device)
+    if batches and available is not None:
+        needed = max(saliency_bytes(len(batch.pairs), batch.src.shape[1], batch.tgt_in.shape[1], vocab, embed_dim)
+                     for batch in batches)
+        if needed > available // 2:
+            raise ConfigError(f"max_tokens={max_tokens}: saliency of a batch needs about {needed / 2**20:,.0f} MiB, "
+                              f"more than half of the {available / 2**20:,.0f} MiB free on {device}; "
+                              "use a smaller max_tokens")
+    generator = torch.Generator().manual_seed(seed)
+    points = _points(method, samples, noise, steps, generator)
+    probe = _SourceProbe(table)
+    bar = tqdm(total=len(sources), desc=f"saliency ({method})", unit=" pairs", leave=False, mininterval=0.5) \
+        if progress else None
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in batches:
+            real = _real_outputs(batch, outputs)
+            total = torch.zeros(*batch.tgt_in.shape, batch.src.shape[1], dtype=torch.float64)
+            for point in points:
+                total += _gradient_times_input(model, probe, point, batch, real)
+            total /= len(points)
+            for row, k in enumerate(batch.pairs):
+                yield k, total[row, : len(outputs[k]), : len(sources[k])].numpy().astype(np.float32)
+            if bar is not None:
+                bar.update(len(batch.pairs))
+    finally:
+        probe.close()
+        model.train(was_training)
+        if bar is not None:
+            bar.close()
+
+
+def _real_outputs(batch: ForcedBatch, outputs: Sequence[Sequence[int]]) -> torch.Tensor:
+    """[B, T] bool: True where output position t is a token of the pair's output, not padding."""
+    lengths = torch.tensor([len(outputs[k]) for k in batch.pairs])
+    return (torch.arange(batch.targets.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).to(batch.targets.device)
+
+
+def _gradient_times_input(model, probe: _SourceProbe, point, batch: ForcedBatch, real: torch.Tensor) -> torch.Tensor:
+    """∇_{e_s} f_t(point(e)) · e_s for every pair, output position t and source position s: [B, T, S]."""
+    probe.arm(point)
+    with torch.enable_grad():
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
+        if probe.leaf is None or probe.embeddings is None:
+            raise RuntimeError("saliency: the model never called its source embedding table")
+        scores = log_probabilities(logits).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        scores = scores * real
+        embeddings = probe.embeddings.float()
+        rows = []
+        for t in range(scores.shape[1]):
+            (gradient,) = torch.autograd.grad(scores[:, t].sum(), probe.leaf, retain_graph=t + 1 < scores.shape[1])
+            rows.append((gradient.float() * embeddings).sum(-1))  # [B, S]
+    probe.leaf = probe.embeddings = None
+    return torch.stack(rows, dim=1).double().cpu()
+
+
+def _output_size(model: nn.Module) -> int:
+    """The size V of the output vocabulary, for the memory estimate."""
+    for name in ("tgt_vocab_size", "vocab_size"):
+        value = getattr(model, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    projection = getattr(model, "output_projection", None)
+    if isinstance(projection, nn.Linear):
+        return projection.out_features
+    config = getattr(getattr(model, "model", None), "config", None)
+    return int(getattr(config, "vocab_size", 0) or 0)
