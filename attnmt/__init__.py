@@ -53,6 +53,8 @@ _HOMES = {
     "attention_records": "attnmt.visual.export",
     "load_attention": "attnmt.visual.export",
     "save_attention": "attnmt.visual.export",
+    "SaliencyOptions": "attnmt.models.saliency",
+    "saliency": "attnmt.models.saliency",
     # word alignment
     "TranslatorAligner": "attnmt.alignment.translator_attention",
     "align_corpus": "attnmt.alignment.links",

@@ -14,6 +14,7 @@ import attnmt
 from attnmt.cli import main as cli_main
 from attnmt.decoding.translator import Translator
 from attnmt.errors import DataError
+from attnmt.models.saliency import SaliencyOptions
 from attnmt.visual.export import attention_records
 
 pytestmark = pytest.mark.slow  # tiny trained runs
@@ -91,3 +92,38 @@ def test_load_attention_names_the_file_and_line_it_cannot_read(tmp_path):
     np.savez(tmp_path / "foreign.npz", x=np.zeros(3))
     with pytest.raises(DataError, match="foreign.npz: not an attention file of attnmt"):
         attnmt.load_attention(tmp_path / "foreign.npz")
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
+def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(tiny_run, tmp_path, capsys, suffix):
+    _, run = tiny_run
+    path = tmp_path / f"saliency{suffix}"
+    assert cli_main(["translate", str(run), *SENTENCES, "--attention-out", str(path), "--saliency", "integrated",
+                     "--saliency-steps", "8"]) == 0
+    records = attnmt.load_attention(path)
+    translator = Translator.load(run)
+    expected = translator.read_saliency(translator.translate(SENTENCES), SaliencyOptions("integrated", steps=8))
+    for record, scores in zip(records, expected):
+        assert record.saliency_method == "integrated gradients (8 steps)"
+        assert record.saliency.dtype == np.float32 and np.array_equal(record.saliency, scores)  # exact
+        words = record.word_saliency()  # summed over a source word's pieces, the mean over an output word's
+        src_words = np.eye(len(record.src_words))[record.src_word_of_piece]  # [S, S']
+        out_words = np.eye(len(record.out_words))[record.out_word_of_piece]  # [T, T']
+        np.testing.assert_allclose(words, (out_words / out_words.sum(0)).T @ record.saliency @ src_words, atol=1e-5)
+    plain = tmp_path / f"plain{suffix}"
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(plain)]) == 0
+    [record] = attnmt.load_attention(plain)
+    assert record.saliency is None and record.saliency_method is None
+    with pytest.raises(ValueError, match="no saliency"):
+        record.word_saliency()
+
+
+def test_saliency_options_are_checked_before_any_work(tiny_run, tmp_path, capsys):
+    _, run = tiny_run
+    assert cli_main(["translate", str(run), "Ein Hund.", "--saliency", "gradient"]) == 2
+    assert "--saliency is stored with the attention: give --attention-out FILE too" in capsys.readouterr().err
+    out = tmp_path / "a.npz"
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(out), "--saliency", "smoothgrad",
+                     "--saliency-noise", "-1"]) == 2
+    assert "error: --saliency-noise -1.0: must be a number from 0 to 10" in capsys.readouterr().err
+    assert not out.exists()

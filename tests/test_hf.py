@@ -165,3 +165,28 @@ def test_hf_mistakes_end_in_one_line(hf_model, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("attnmt.decoding.hf.importlib.util.find_spec", lambda name: None)
     assert cli_main(["translate", "--hf", str(hf_model), "Ein hund."]) == 2
     assert "a Hugging Face model needs the transformers package; pip install 'attnmt[hf]'" in capsys.readouterr().err
+
+
+def test_saliency_of_a_hf_model_is_gradient_times_input_of_its_encoder_embeddings(translator):
+    """Through the Hugging Face path (its own special ids, a token table the encoder and decoder
+    may share, read by a hook) against autograd through the model's own ``inputs_embeds`` door, in
+    float64. (Finite differences are no oracle here: T5's RMS norm takes its variance in float32.)"""
+    import copy
+
+    translator = copy.deepcopy(translator)
+    model = translator.model.double().eval()
+    translations = translator.translate(SOURCES, beam=1)
+    found = translator.read_saliency(translations)
+    encoder = model.get_encoder()
+    assert getattr(encoder, "embed_scale", 1.0) == 1.0  # so inputs_embeds are the table's output
+    for translation, scores in zip(translations, found):
+        src = torch.tensor([translator.tokenizer.convert_tokens_to_ids(translation.src_pieces)])
+        output = translator.tokenizer.convert_tokens_to_ids(translation.out_pieces)
+        tgt_in = torch.tensor([[translator.specials.start, *output[:-1]]])
+        embeddings = encoder.embed_tokens(src).detach().requires_grad_(True)
+        logits = model(inputs_embeds=embeddings, attention_mask=torch.ones_like(src), decoder_input_ids=tgt_in).logits
+        log_probs = logits.log_softmax(-1)[0].gather(-1, torch.tensor(output)[:, None]).squeeze(-1)
+        expected = np.stack([(torch.autograd.grad(log_probs[t], embeddings, retain_graph=True)[0] * embeddings)
+                             .sum(-1)[0].detach().numpy() for t in range(len(output))])
+        assert scores.shape == expected.shape == (len(output), src.shape[1])
+        np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())

@@ -6,7 +6,14 @@ import argparse
 import sys
 from typing import Any, Protocol
 
-from attnmt.runtime.choices import DEVICES_HELP, PRECISIONS
+from attnmt.runtime.choices import (
+    DEVICES_HELP,
+    PRECISIONS,
+    SALIENCY_METHODS,
+    SALIENCY_NOISE,
+    SALIENCY_SAMPLES,
+    SALIENCY_STEPS,
+)
 
 
 class Options(Protocol):
@@ -39,6 +46,32 @@ def add_trust_option(parser: Options) -> None:
                         help="for a run trained with your own attention (file.py:Class): when that file has "
                              "changed or is not on this machine, run the copy the run keeps. Only for runs "
                              "you trust: the copy is Python code")
+
+
+def add_saliency_options(parser: Options, what: str) -> None:
+    """--saliency METHOD and its settings; ``what`` says what the saliency is for."""
+    parser.add_argument("--saliency", choices=SALIENCY_METHODS, default=None, metavar="METHOD",
+                        help=f"{what}: gradient saliency of each output word on each source word, read by "
+                             f"force-decoding the output; METHOD: {', '.join(SALIENCY_METHODS)} (gradient × "
+                             "input, SmoothGrad, integrated gradients)")
+    parser.add_argument("--saliency-samples", type=int, default=SALIENCY_SAMPLES, metavar="N",
+                        help=f"SmoothGrad's noisy copies (default {SALIENCY_SAMPLES})")
+    parser.add_argument("--saliency-noise", type=float, default=SALIENCY_NOISE, metavar="SIGMA",
+                        help="SmoothGrad's noise, a share of the embeddings' standard deviation "
+                             f"(default {SALIENCY_NOISE})")
+    parser.add_argument("--saliency-steps", type=int, default=SALIENCY_STEPS, metavar="M",
+                        help=f"integrated gradients' steps from the zero embedding (default {SALIENCY_STEPS})")
+
+
+def saliency_options(args: argparse.Namespace):
+    """The SaliencyOptions of --saliency and its settings, or None without --saliency (ConfigError,
+    in the options' words, for a setting out of range)."""
+    from attnmt.models.saliency import SaliencyOptions
+
+    if getattr(args, "saliency", None) is None:
+        return None
+    return SaliencyOptions(args.saliency, samples=args.saliency_samples, noise=args.saliency_noise,
+                           steps=args.saliency_steps, seed=getattr(args, "seed", None) or 0)
 
 
 def load_translator(args: argparse.Namespace):

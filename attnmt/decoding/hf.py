@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from attnmt.decoding.translator import Translation, Translations
 from attnmt.errors import ConfigError
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, SpecialIds, force_decode
+from attnmt.models.saliency import SaliencyOptions, saliency
 from attnmt.runs.run_config import SearchConfig
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.device import check_device_name, describe, resolve_device
@@ -247,6 +248,26 @@ class HFTranslator:
         for index, reading in self.force_decode(sources, outputs, progress=progress):
             weights[index] = reading.weights
         return weights
+
+    def saliency(
+        self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
+        options: SaliencyOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``attnmt.models.saliency.saliency`` with this model and its special ids."""
+        options = options if isinstance(options, SaliencyOptions) else SaliencyOptions(options)
+        return saliency(self.readout, sources, outputs, **options.as_keywords(), max_tokens=max_tokens,
+                        specials=self.specials, progress=progress)
+
+    def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
+                      progress: bool = False) -> list[np.ndarray]:
+        """The gradient saliency of each translation's output over its source pieces, force-decoded:
+        one [T, S] float32 array each (``Translator.read_saliency``)."""
+        sources = [self.tokenizer.convert_tokens_to_ids(t.src_pieces) for t in translations]
+        outputs = [self.tokenizer.convert_tokens_to_ids(t.out_pieces) for t in translations]
+        scores: list[np.ndarray] = [np.empty(0)] * len(translations)
+        for index, matrix in self.saliency(sources, outputs, options, progress=progress):
+            scores[index] = matrix
+        return scores
 
     def layer_head_attention(self, translation: Translation) -> np.ndarray:
         """Deprecated (removed in 0.3): ``read_attention([translation])[0]``."""

@@ -6,6 +6,7 @@
     t.attention     -> np.ndarray [T, S]: row t is the attention of output piece t over the source
     t.src_pieces    -> the S column labels, t.out_pieces -> the T row labels (both end with "</s>")
     translator.read_attention([t])  -> [np.ndarray [L, h, T, S]]: every decoder layer and head
+    translator.read_saliency([t], "integrated")  -> [np.ndarray [T, S]]: gradient saliency
 
 The source is encoded with the run's tokenizer, EOS appended (as in training); sentences are
 decoded in batches, longest first, and returned in input order. Search is attnmt.decoding.search:
@@ -36,6 +37,7 @@ from attnmt.decoding.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, force_decode
+from attnmt.models.saliency import SaliencyOptions, saliency
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
 from attnmt.runs.folder import checkpoint_path
 from attnmt.runs.run_config import RunConfig, SearchConfig
@@ -339,6 +341,29 @@ class Translator:
         for index, reading in self.force_decode(sources, outputs, progress=progress):
             weights[index] = reading.weights
         return weights
+
+    def saliency(
+        self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
+        options: SaliencyOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``attnmt.models.saliency.saliency`` with this translator's model: complete rows of source
+        and output ids in, ``(pair index, scores [T, S])`` out, batch by batch."""
+        options = options if isinstance(options, SaliencyOptions) else SaliencyOptions(options)
+        return saliency(self.model, sources, outputs, **options.as_keywords(), max_tokens=max_tokens,
+                        progress=progress)
+
+    def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
+                      progress: bool = False) -> list[np.ndarray]:
+        """The gradient saliency of each translation's output over its source pieces, read by
+        force-decoding it (``attnmt.models.saliency``): one [T, S] float32 array each, row t for
+        output piece t. ``options``: a method name or a SaliencyOptions."""
+        src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
+        sources = [[src_tok.piece_to_id(piece) for piece in t.src_pieces] for t in translations]
+        outputs = [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations]
+        scores: list[np.ndarray] = [np.empty(0)] * len(translations)
+        for index, matrix in self.saliency(sources, outputs, options, progress=progress):
+            scores[index] = matrix
+        return scores
 
     def layer_head_attention(self, translation: Translation) -> np.ndarray:
         """Deprecated (removed in 0.3): ``read_attention([translation])[0]``."""

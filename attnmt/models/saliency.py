@@ -37,6 +37,8 @@ in a forward pass is the source's (every model here encodes before it decodes).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,15 +49,13 @@ from attnmt.errors import ConfigError
 from attnmt.models.common import log_probabilities
 from attnmt.models.readout import ATTNMT_SPECIALS, DEFAULT_MAX_TOKENS, ForcedBatch, SpecialIds, forced_batches
 from attnmt.runtime.checks import is_int
+from attnmt.runtime.choices import SALIENCY_METHODS, SALIENCY_NOISE, SALIENCY_SAMPLES, SALIENCY_STEPS
 from attnmt.runtime.device import available_memory
 
-__all__ = ["DEFAULT_NOISE", "DEFAULT_SAMPLES", "DEFAULT_STEPS", "SALIENCY_METHODS", "check_saliency_options",
-           "saliency", "saliency_bytes", "source_embedding"]
+__all__ = ["DEFAULT_NOISE", "DEFAULT_SAMPLES", "DEFAULT_STEPS", "SALIENCY_METHODS", "SaliencyOptions",
+           "check_saliency_options", "saliency", "saliency_bytes", "source_embedding"]
 
-SALIENCY_METHODS = ("gradient", "smoothgrad", "integrated")
-DEFAULT_SAMPLES = 10  # SmoothGrad's noisy copies
-DEFAULT_NOISE = 0.15  # SmoothGrad's σ, a share of the embeddings' standard deviation
-DEFAULT_STEPS = 50  # integrated gradients' points on the path (tests/test_saliency.py: completeness)
+DEFAULT_SAMPLES, DEFAULT_NOISE, DEFAULT_STEPS = SALIENCY_SAMPLES, SALIENCY_NOISE, SALIENCY_STEPS
 
 
 def check_saliency_options(method: str, samples: int, noise: float, steps: int) -> None:
@@ -67,6 +67,34 @@ def check_saliency_options(method: str, samples: int, noise: float, steps: int) 
             raise ConfigError(f"saliency_{name}={value!r}: must be an integer from 1 to 10000")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 10:
         raise ConfigError(f"saliency_noise={noise!r}: must be a number from 0 to 10")
+
+
+@dataclass(frozen=True)
+class SaliencyOptions:
+    """Which saliency, with its settings (module docstring): ``method`` one of SALIENCY_METHODS,
+    ``samples`` and ``noise`` for SmoothGrad, ``steps`` for integrated gradients, ``seed`` for
+    SmoothGrad's noise. Checked when made."""
+
+    method: str = "gradient"
+    samples: int = DEFAULT_SAMPLES
+    noise: float = DEFAULT_NOISE
+    steps: int = DEFAULT_STEPS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_saliency_options(self.method, self.samples, self.noise, self.steps)
+
+    def describe(self) -> str:
+        """The method and the settings it uses, e.g. "integrated gradients (50 steps)"."""
+        if self.method == "smoothgrad":
+            return f"SmoothGrad ({self.samples} samples, noise {self.noise:g})"
+        if self.method == "integrated":
+            return f"integrated gradients ({self.steps} steps)"
+        return "gradient × input"
+
+    def as_keywords(self) -> dict[str, Any]:
+        """The keywords of ``saliency``."""
+        return asdict(self)
 
 
 def source_embedding(model: nn.Module) -> nn.Module:

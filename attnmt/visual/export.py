@@ -11,6 +11,10 @@ Every translated sentence becomes one ``AttentionRecord``:
     weights [L, h, T, S] float32   the cross-attention of decoder layer l and head j: row t is
                                    output piece t, column s source piece s; every row sums to 1
                                    over the S source positions (there is no padding)
+    saliency [T, S] float32        only when asked for (``--saliency METHOD``): the gradient
+                                   saliency of output piece t on source piece s
+                                   (``attnmt.models.saliency``); None otherwise
+    saliency_method                how it was read, e.g. "integrated gradients (50 steps)"
 
 L is the number of decoder layers that attend over the source (1 for the RNN), h the number of
 heads (1 for a single-head mechanism). The weights come from *force-decoding* the search's output:
@@ -20,9 +24,11 @@ teacher forcing on BOS + output under the model gives, step by step, the weights
 Two formats, chosen by the file's suffix:
 
 - ``.npz``: a NumPy archive (read without pickle): ``format``, ``records`` (the JSON list of the
-  records without their weights) and ``weights_K`` for record K, shape [L, h, T, S].
+  records without their weights) and ``weights_K`` for record K, shape [L, h, T, S]
+  (``saliency_K`` [T, S] beside it when there is saliency).
 - ``.jsonl``: one JSON object a line, with ``format``, ``shape`` [L, h, T, S], ``axes`` and
-  ``weights`` as nested lists (the float32 values written exactly).
+  ``weights`` as nested lists (the float32 values written exactly), and ``saliency`` [T, S] when
+  there is saliency.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import numpy as np
 
 from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.errors import ConfigError, DataError
+from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.atomic_files import write_bytes_atomic
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_records", "load_attention", "save_attention"]
@@ -63,6 +70,8 @@ class AttentionRecord:
     src_word_of_piece: list[int]
     out_word_of_piece: list[int]
     weights: np.ndarray  # [L, h, T, S]
+    saliency: np.ndarray | None = None  # [T, S]
+    saliency_method: str | None = None
 
     @property
     def layers(self) -> int:
@@ -80,10 +89,17 @@ class AttentionRecord:
         matrix = per_head.mean(axis=0) if head is None else per_head[head]
         return merge_subwords(matrix, self.src_pieces, self.out_pieces)[0]
 
+    def word_saliency(self) -> np.ndarray:
+        """[T', S'] over output and source words, merged like the weights: summed over a source
+        word's pieces, averaged over an output word's pieces. ValueError when there is none."""
+        if self.saliency is None:
+            raise ValueError("this record has no saliency (translate with --saliency METHOD)")
+        return merge_subwords(self.saliency, self.src_pieces, self.out_pieces)[0]
+
     def describe(self) -> dict[str, Any]:
-        """Everything but the weights, as JSON-ready values."""
+        """Everything but the weights and the saliency, as JSON-ready values."""
         values = asdict(self)
-        del values["weights"]
+        del values["weights"], values["saliency"]
         return values
 
 
@@ -96,14 +112,19 @@ def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
 
 
 def attention_records(
-    translator, translations: Sequence, indices: Sequence[int] | None = None
+    translator, translations: Sequence, indices: Sequence[int] | None = None,
+    saliency: SaliencyOptions | None = None,
 ) -> list[AttentionRecord]:
     """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
-    every layer's and head's weights force-decoded (``translator.read_attention``). ``indices``
-    numbers the records (default 0, 1, ...), e.g. with the input line each came from."""
+    every layer's and head's weights force-decoded (``translator.read_attention``) and, with
+    ``saliency``, the saliency it says (``translator.read_saliency``). ``indices`` numbers the
+    records (default 0, 1, ...), e.g. with the input line each came from."""
     indices = range(len(translations)) if indices is None else indices
+    scores = translator.read_saliency(translations, saliency) if saliency is not None and translations else \
+        [None] * len(translations)
     records = []
-    for index, translation, weights in zip(indices, translations, translator.read_attention(translations)):
+    for index, translation, weights, matrix in zip(indices, translations, translator.read_attention(translations),
+                                                   scores):
         src_words, src_word_of_piece = _words(translation.src_pieces)
         out_words, out_word_of_piece = _words(translation.out_pieces)
         records.append(AttentionRecord(
@@ -111,6 +132,8 @@ def attention_records(
             src_pieces=list(translation.src_pieces), out_pieces=list(translation.out_pieces),
             src_words=src_words, out_words=out_words, src_word_of_piece=src_word_of_piece,
             out_word_of_piece=out_word_of_piece, weights=weights.astype(np.float32),
+            saliency=None if matrix is None else matrix.astype(np.float32),
+            saliency_method=None if saliency is None else saliency.describe(),
         ))
     return records
 
@@ -137,6 +160,8 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
             "format": np.array(FORMAT),
             "records": np.array(json.dumps([record.describe() for record in records], ensure_ascii=False)),
             **{f"weights_{number}": record.weights for number, record in enumerate(records)},
+            **{f"saliency_{number}": record.saliency for number, record in enumerate(records)
+               if record.saliency is not None},
         }
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
@@ -146,21 +171,30 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
         for record in records:
             values = {"format": FORMAT, **record.describe(), "shape": list(record.weights.shape), "axes": AXES,
                       "weights": record.weights.tolist()}
+            if record.saliency is not None:
+                values["saliency"] = record.saliency.tolist()
             lines.append(json.dumps(values, ensure_ascii=False) + "\n")
         return write_bytes_atomic(path, "".join(lines).encode("utf-8"))
     raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}")
 
 
-def _record(values: dict, weights: Any, where: str) -> AttentionRecord:
+_OPTIONAL_FIELDS = ("saliency", "saliency_method")
+
+
+def _record(values: dict, weights: Any, saliency: Any, where: str) -> AttentionRecord:
     try:
         weights = np.asarray(weights, dtype=np.float32)
+        saliency = None if saliency is None else np.asarray(saliency, dtype=np.float32)
         record = AttentionRecord(**{key: values[key] for key in AttentionRecord.__dataclass_fields__
-                                    if key != "weights"}, weights=weights)
+                                    if key not in ("weights", *_OPTIONAL_FIELDS)},
+                                 weights=weights, saliency=saliency, saliency_method=values.get("saliency_method"))
     except (KeyError, TypeError, ValueError) as error:
         raise DataError(f"{where}: not an attention record of attnmt ({type(error).__name__}: {error})") from None
     shape = (len(record.out_pieces), len(record.src_pieces))
     if weights.ndim != 4 or weights.shape[2:] != shape:
         raise DataError(f"{where}: weights of shape {list(weights.shape)}, expected [L, h, {shape[0]}, {shape[1]}]")
+    if saliency is not None and saliency.shape != shape:
+        raise DataError(f"{where}: saliency of shape {list(saliency.shape)}, expected [{shape[0]}, {shape[1]}]")
     return record
 
 
@@ -176,7 +210,9 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                 if "format" not in archive or str(archive["format"]) != FORMAT:
                     raise DataError(f"{path}: not an attention file of attnmt (no format {FORMAT!r})")
                 described = json.loads(str(archive["records"]))
-                return [_record(values, archive[f"weights_{number}"], f"{path}: record {number}")
+                return [_record(values, archive[f"weights_{number}"],
+                                archive[f"saliency_{number}"] if f"saliency_{number}" in archive else None,
+                                f"{path}: record {number}")
                         for number, values in enumerate(described)]
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
             raise DataError(f"{path}: not a readable .npz attention file ({type(error).__name__}: {error})") from None
@@ -194,7 +230,8 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                     if not isinstance(values, dict) or values.get("format") != FORMAT:
                         raise DataError(f"{path}, line {number}: not an attention record of attnmt "
                                         f"(no format {FORMAT!r})")
-                    records.append(_record(values, values.get("weights"), f"{path}, line {number}"))
+                    records.append(_record(values, values.get("weights"), values.get("saliency"),
+                                           f"{path}, line {number}"))
             except UnicodeDecodeError as error:
                 raise DataError(f"{path}: not UTF-8 ({error.reason})") from None
         return records
