@@ -8,11 +8,14 @@ and finished, and the table at the end.
 
 Run the same command again to continue an interrupted comparison: finished runs with scores are
 reused, a finished run without scores is evaluated, an interrupted run resumes from its last
-checkpoint. Limits (--max-minutes/--max-epochs/--max-steps) apply to each run.
+checkpoint. Limits (--max-minutes/--max-epochs/--max-steps) apply to each run. With --saliency
+METHOD, each run's attention is also compared with its gradient saliency on its own outputs: two
+more columns, kept in the run folder (agreement-*.json) and reused.
 
 Examples:
   attnmt compare --config configs/multi30k_rnn.yaml --attention none mean sdp --runs 3 --out results/baselines
   attnmt compare --config configs/tiny.yaml --attention dot additive --runs 2 --max-steps 50 --out results/smoke
+  attnmt compare --config configs/multi30k_rnn.yaml --attention dot sdp --out results/sal --saliency gradient
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_trust_option, say
+from attnmt.commands.options import add_device_option, add_saliency_options, add_trust_option, saliency_options, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="the config's training.device")
     add_trust_option(parser)
+    add_saliency_options(parser, "add columns of how each run's attention agrees with its gradients on its own "
+                                 "outputs of --split (rank correlation and top-1 over source words)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace summary files in --out that no comparison wrote")
     parser.add_argument("--verbose", action="store_true", help="print the trainer's per-epoch lines too")
@@ -55,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
         set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
         trust_run_code=args.trust_run_code, overwrite=args.overwrite, say=lambda line: say("compare", line),
-        log=lambda line: print(line, flush=True),
+        log=lambda line: print(line, flush=True), saliency=saliency_options(args),
     )
     print()
     print(comparison.summary_table())

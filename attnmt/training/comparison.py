@@ -41,8 +41,11 @@ from matplotlib.figure import Figure
 
 from attnmt.attention.registry import canonical_name, folder_label, short_name
 from attnmt.data import load_split
+from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError, ConfigMismatch
+from attnmt.evaluation.agreement import run_agreement
 from attnmt.evaluation.evaluate import evaluate_run
+from attnmt.models.saliency import SaliencyOptions
 from attnmt.runs.folder import (
     CONFIG_FILE,
     LAST,
@@ -60,7 +63,9 @@ from attnmt.runtime.tables import format_table
 from attnmt.training.trainer import Trainer
 
 METRICS = ("perplexity", "bleu", "chrf")
-METRIC_LABELS = {"perplexity": "perplexity", "bleu": "BLEU", "chrf": "chrF"}
+AGREEMENT_METRICS = ("rank_correlation", "top1")  # with saliency: attnmt.evaluation.agreement
+METRIC_LABELS = {"perplexity": "perplexity", "bleu": "BLEU", "chrf": "chrF",
+                 "rank_correlation": "attention-saliency rank correlation", "top1": "top-1 agreement"}
 
 
 # ================================================================================================
@@ -104,6 +109,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
+def _float_or_nan(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
 def _json_number(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
@@ -127,10 +136,14 @@ class RunOutcome:
     step: int | None
     seconds: float  # this session's training + evaluation time (0 for a reused run)
     stop_reason: str | None = None  # what stopped its training: the limit it was trained to, or early stopping
+    rank_correlation: float = math.nan  # with saliency: attnmt.evaluation.agreement
+    top1: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["run_dir"] = str(self.run_dir)
+        for name in AGREEMENT_METRICS:  # NaN (not measured, or no word counted) is null, as JSON has no NaN
+            values[name] = _json_number(values[name])
         return values
 
 
@@ -147,6 +160,12 @@ class Comparison:
     limits: dict[str, Any]
     set_options: list[str]
     outcomes: list[RunOutcome] = field(default_factory=list)
+    saliency: SaliencyOptions | None = None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The scores of every run: perplexity, BLEU, chrF, and with saliency the agreement."""
+        return METRICS + (AGREEMENT_METRICS if self.saliency is not None else ())
 
     def statistics(self) -> dict[str, dict[str, Statistics]]:
         """mechanism -> metric -> Statistics over its finished runs (mechanisms without any omitted)."""
@@ -154,27 +173,31 @@ class Comparison:
         for mechanism in self.mechanisms:
             runs = [o for o in self.outcomes if o.mechanism == mechanism]
             if runs:
-                table[mechanism] = {metric: Statistics.of([getattr(o, metric) for o in runs]) for metric in METRICS}
+                table[mechanism] = {metric: Statistics.of([getattr(o, metric) for o in runs])
+                                    for metric in self.metrics}
         return table
 
     def summary_table(self) -> str:
         """Markdown: per mechanism, mean ± std and variance of each metric."""
         headers = ["attention", "runs"]
-        for metric in METRICS:
+        for metric in self.metrics:
             headers += [f"{METRIC_LABELS[metric]} (mean ± std)", f"{METRIC_LABELS[metric]} var"]
         rows = []
         for mechanism, by_metric in self.statistics().items():
             row: list[Any] = [mechanism, by_metric[METRICS[0]].n]
-            for metric in METRICS:
+            for metric in self.metrics:
                 stats = by_metric[metric]
                 row += [_mean_std(stats), stats.var]
             rows.append(row)
         return format_table(headers, rows)
 
     def runs_table(self) -> str:
-        rows = [[o.mechanism, o.seed, o.perplexity, o.bleu, o.chrf, "–" if o.step is None else o.step, str(o.run_dir)]
-                for o in self.outcomes]
-        return format_table(["attention", "seed", "perplexity", "BLEU", "chrF", "steps", "run"], rows)
+        agreement = self.saliency is not None
+        rows = [[o.mechanism, o.seed, o.perplexity, o.bleu, o.chrf,
+                 *([o.rank_correlation, o.top1] if agreement else []), "–" if o.step is None else o.step,
+                 str(o.run_dir)] for o in self.outcomes]
+        return format_table(["attention", "seed", "perplexity", "BLEU", "chrF",
+                             *(["rank correlation", "top-1"] if agreement else []), "steps", "run"], rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +208,7 @@ class Comparison:
             "beam": self.beam,
             "limits": self.limits,
             "set": self.set_options,
+            "saliency": None if self.saliency is None else asdict(self.saliency),
             "statistics": {
                 mechanism: {
                     metric: {"n": s.n, "mean": _json_number(s.mean), "std": _json_number(s.std),
@@ -292,6 +316,7 @@ def compare_mechanisms(
     trust_run_code: bool = False,
     overwrite: bool = False,
     say: Callable[[str], None] | None = None,
+    saliency: SaliencyOptions | None = None,
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
     run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
@@ -304,6 +329,8 @@ def compare_mechanisms(
     trust_run_code: a run of a user mechanism whose file changed since it was trained resumes and is
     evaluated with the copy the run keeps (else UntrustedCodeError).
     overwrite: replace summary files in ``out`` that an earlier comparison did not write (else ConfigError).
+    saliency: also measure how each run's attention agrees with its gradient saliency on its own
+    outputs of ``split`` (``attnmt.evaluation.agreement``; kept in the run folder and reused).
     """
     mechanisms = [str(m) for m in mechanisms]
     if not mechanisms:
@@ -334,13 +361,13 @@ def compare_mechanisms(
     # Every mechanism name and the split are checked before anything is trained.
     first = {mechanism: config_for(mechanism, 1) for mechanism in mechanisms}
     data = first[mechanisms[0]].data
-    load_split(data, split)  # ConfigError for a split the config lacks, before anything is trained
+    sources = load_split(data, split).src  # ConfigError for a split the config lacks, before anything is trained
     split_name = data.canonical_split(split)
 
     with writer_lock(out, "compare"):  # one comparison at a time writes into out
         comparison = Comparison(
             out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
-            limits=limits, set_options=list(set_options),
+            limits=limits, set_options=list(set_options), saliency=saliency,
         )
         (say or log)(describe(resolve_device(first[mechanisms[0]].training.device),
                               first[mechanisms[0]].training.precision))
@@ -364,12 +391,21 @@ def compare_mechanisms(
                     step=report.get("step"), seconds=time.perf_counter() - started if status != "reused" else 0.0,
                     stop_reason=_stop_reason(run_dir) if training_finished(run_dir) else None,
                 )
+                if saliency is not None:
+                    translator = Translator.load(run_dir, device=requested.training.device,
+                                                 trust_run_code=trust_run_code)
+                    agreement = run_agreement(translator, run_dir, split_name, sources, beam, saliency,
+                                              progress=show_progress)
+                    outcome.rank_correlation = _float_or_nan(agreement["rank_correlation"])
+                    outcome.top1 = _float_or_nan(agreement["top1"])
                 comparison.outcomes.append(outcome)
                 took = f" in {_duration(outcome.seconds)}" if status != "reused" else ""
                 log(
                     f"{label}: {status}{took}: {split_name} perplexity {outcome.perplexity:.2f}, "
                     f"BLEU {outcome.bleu:.2f}, chrF {outcome.chrf:.2f}"
                     + (f" (step {outcome.step})" if outcome.step is not None else "")
+                    + (f"; attention-saliency rank correlation {_number(outcome.rank_correlation)}, top-1 "
+                       f"{_number(outcome.top1)}" if saliency is not None else "")
                 )
                 write_summary(comparison)
         return comparison
@@ -416,11 +452,12 @@ def write_summary(comparison: Comparison) -> dict[str, Path]:
     )
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    header = ["attention", "runs"] + [f"{metric}_{stat}" for metric in METRICS for stat in ("mean", "std", "var")]
+    metrics = comparison.metrics
+    header = ["attention", "runs"] + [f"{metric}_{stat}" for metric in metrics for stat in ("mean", "std", "var")]
     writer.writerow(header)
     for mechanism, by_metric in comparison.statistics().items():
         row: list[Any] = [mechanism, by_metric[METRICS[0]].n]
-        for metric in METRICS:
+        for metric in metrics:
             stats = by_metric[metric]
             row += ["" if math.isnan(v) else repr(float(v)) for v in (stats.mean, stats.std, stats.var)]
         writer.writerow(row)
@@ -438,12 +475,13 @@ def summary_plot_png(comparison: Comparison) -> bytes:
     deviation, and each run as a dot. matplotlib's Figure API with the Agg canvas (no pyplot)."""
     table = comparison.statistics()
     names = list(table)
-    figure = Figure(figsize=(3.2 * len(METRICS) + 0.4 * max(len(names) - 3, 0) * len(METRICS), 3.6), dpi=120)
+    metrics = comparison.metrics
+    figure = Figure(figsize=(3.2 * len(metrics) + 0.4 * max(len(names) - 3, 0) * len(metrics), 3.6), dpi=120)
     FigureCanvasAgg(figure)
     positions = np.arange(len(names))
-    for column, metric in enumerate(METRICS, start=1):
-        axes = figure.add_subplot(1, len(METRICS), column)
-        means = [table[name][metric].mean for name in names]
+    for column, metric in enumerate(metrics, start=1):
+        axes = figure.add_subplot(1, len(metrics), column)
+        means = [0.0 if math.isnan(table[name][metric].mean) else table[name][metric].mean for name in names]
         errors = [0.0 if math.isnan(table[name][metric].std) else table[name][metric].std for name in names]
         axes.bar(positions, means, yerr=errors, capsize=4, color="#9ecae1", edgecolor="#3182bd", linewidth=0.8)
         for position, name in zip(positions, names):
@@ -452,7 +490,8 @@ def summary_plot_png(comparison: Comparison) -> bytes:
         axes.set_xticks(positions)
         axes.set_xticklabels([short_name(name) for name in names], rotation=30, ha="right")
         axes.set_title(METRIC_LABELS[metric] + (" (lower is better)" if metric == "perplexity" else ""), fontsize=10)
-        axes.set_ylim(bottom=0.0)  # every metric is >= 0: bars start at 0, not at the smallest one
+        if metric != "rank_correlation":  # the others are >= 0: bars start at 0, not at the smallest one
+            axes.set_ylim(bottom=0.0)
         axes.grid(axis="y", color="#dddddd", linewidth=0.6)
         axes.set_axisbelow(True)
     counts = sorted({s[METRICS[0]].n for s in table.values()})
