@@ -15,10 +15,11 @@ from attnmt.alignment.translator_attention import (
     TranslatorAligner,
     merge_spans,
     piece_to_word_weights,
+    saliency_weights,
     word_pieces,
 )
 from attnmt.cli import main as cli_main
-from attnmt.data.pieces import merge_subwords
+from attnmt.data.pieces import merge_subwords, spans_of
 from attnmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
@@ -335,4 +336,49 @@ def test_cli_refuses_to_combine_a_translator_and_vectors_of_other_languages(run_
                      "--tgt", str(tmp_path / "test.en"), "--out", str(tmp_path / "x.txt")]) == 2
     err = capsys.readouterr().err
     assert "aligns de → en, but --vectors" in err and "holds en → fr" in err
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_saliency_weights_are_the_positive_part_of_each_row_normalised():
+    scores = np.array([[2.0, -1.0, 2.0], [-1.0, -2.0, -0.5], [0.0, 3.0, 1.0]])
+    np.testing.assert_allclose(saliency_weights(scores), [[0.5, 0, 0.5], [0, 0, 0], [0, 0.75, 0.25]])
+
+
+def test_saliency_aligner_reads_the_saliency_of_each_pair_through_the_same_pipeline(translator):
+    """Word weights from saliency = the positive part of gradient × input per target piece,
+    normalised, EOS dropped, renormalised and merged into words: as the attention's, from the
+    translator's own ``read_saliency`` of the pair; the reversed direction transposes."""
+    src, tgt = sentence_pairs(4)
+    aligner = TranslatorAligner(translator, saliency="gradient")
+    assert "gradient × input, its positive part normalised per row, output reading" in aligner.describe()
+    for words_src, words_tgt, weights in zip(src, tgt, aligner.weights_many(src, tgt)):
+        sources, src_spans = spans_of(translator.encode_words(words_src, "source"), UNK_ID)
+        outputs, tgt_spans = spans_of(translator.encode_words(words_tgt, "target"), UNK_ID)
+        [(_, scores)] = list(translator.saliency([sources + [EOS_ID]], [outputs + [EOS_ID]]))
+        expected = piece_to_word_weights(saliency_weights(scores)[:-1], src_spans, tgt_spans)
+        np.testing.assert_allclose(weights, expected, atol=1e-6)
+        assert weights.shape == (len(words_tgt), len(words_src))
+    backwards = TranslatorAligner(translator, saliency="gradient", src_lang="en").weights_many(tgt, src)
+    for forward, backward in zip(aligner.weights_many(src, tgt), backwards):
+        np.testing.assert_allclose(backward, forward.T, atol=1e-6)
+    with pytest.raises(ConfigError, match="saliency has neither"):
+        TranslatorAligner(translator, saliency="gradient", layer=1)
+
+
+def test_cli_align_with_saliency_writes_links_and_refuses_layers(run_dir, tmp_path, capsys):
+    src, tgt = sentence_pairs(4)
+    (tmp_path / "test.de").write_text("".join(" ".join(s) + "\n" for s in src), encoding="utf-8")
+    (tmp_path / "test.en").write_text("".join(" ".join(t) + "\n" for t in tgt), encoding="utf-8")
+    files = ["--src", str(tmp_path / "test.de"), "--tgt", str(tmp_path / "test.en")]
+    out = tmp_path / "links.txt"
+    assert cli_main(["align", "--model", str(run_dir), *files, "--method", "tgt2src", "--out", str(out),
+                     "--saliency", "integrated", "--saliency-steps", "4"]) == 0
+    assert "integrated gradients (4 steps), its positive part normalised per row" in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 4
+    assert cli_main(["align", "--model", str(run_dir), *files, "--out", str(tmp_path / "x.txt"), "--saliency",
+                     "gradient", "--layer", "1"]) == 2
+    assert "--layer and --head choose an attention; --saliency has neither" in capsys.readouterr().err
+    assert cli_main(["align", "--vectors", str(tmp_path), *files, "--out", str(tmp_path / "x.txt"), "--saliency",
+                     "gradient"]) == 2
+    assert "--saliency: only with --model or --hf" in capsys.readouterr().err
     assert not (tmp_path / "x.txt").exists()

@@ -41,6 +41,11 @@ best (Garg et al., 2019, "Jointly learning to align and translate with Transform
 Layers and heads are numbered from 1 like in the viewer ("layer 2 / head 1"); negative numbers
 count from the end (−1 = last).
 
+Saliency instead of attention (``saliency=``, ``attnmt align --saliency METHOD``): the gradient
+saliency of each target piece on the source pieces (``attnmt.models.saliency``) replaces the
+weights, as one matrix [1, 1, n + 1, m + 1] after ``saliency_weights``; the rest of the pipeline
+is the same (Ding, Xu and Koehn, 2019, read alignments from saliency this way).
+
 Which reading. A decoder whose query has just consumed the previous target word (the RNN's
 ``parallel`` flow: h_i = RNN(y_{i−1}, h_{i−1}), a_i = Attn(h_i, ·) without input feeding) tends to
 look at the source word of y_{i−1}, i.e. one position late; ``shift`` corrects for exactly that,
@@ -62,6 +67,7 @@ from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.models.readout import DEFAULT_MAX_TOKENS
+from attnmt.models.saliency import SaliencyOptions
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -70,6 +76,7 @@ __all__ = [
     "guided_reading",
     "merge_spans",
     "piece_to_word_weights",
+    "saliency_weights",
     "word_pieces",
 ]
 
@@ -93,6 +100,16 @@ def piece_to_word_weights(
         totals = matrix.sum(axis=1, keepdims=True)
         matrix = np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
     return merge_spans(matrix, src_spans, tgt_spans)
+
+
+def saliency_weights(scores: Any) -> np.ndarray:
+    """Saliency ``[T, S]`` as weights the link methods take: each row's positive part divided by
+    its sum, so a row is a distribution over the source pieces that make its word more likely
+    (an all-negative row stays 0). attnmt's choice: the links read which source words support an
+    output word, not which ones argue against it."""
+    positive = np.clip(np.asarray(scores, dtype=np.float64), 0.0, None)
+    totals = positive.sum(axis=1, keepdims=True)
+    return np.divide(positive, totals, out=np.zeros_like(positive), where=totals > 0).astype(np.float32)
 
 
 # --------------------------------------------------------------------------- layers and heads
@@ -211,6 +228,7 @@ class TranslatorAligner:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
         trust_run_code: bool = False,
+        saliency: SaliencyOptions | str | None = None,
     ):
         self.translator = run if isinstance(run, (Translator, HFTranslator)) else \
             Translator.load(run, checkpoint, num_threads, trust_run_code=trust_run_code)
@@ -225,6 +243,11 @@ class TranslatorAligner:
             self.layers, self.heads = model.cross_attention_layers, model.attention_heads
             self.run_languages = (self.translator.tokenizers.src_lang, self.translator.tokenizers.tgt_lang)
             guided = guided_reading(self.translator.run_config)
+        self.saliency = SaliencyOptions(saliency) if isinstance(saliency, str) else saliency
+        if self.saliency is not None:  # one matrix, read where it predicts the word (not the attention's guide)
+            if layer is not None or head is not None:
+                raise ConfigError("layer and head choose an attention; saliency has neither")
+            self.layers, self.heads, guided = 1, 1, None
         if guided is not None:
             layer = guided["layer"] if layer is None else layer
             head = guided["head"] if head is None else head
@@ -257,7 +280,7 @@ class TranslatorAligner:
         return (tgt, src) if self.reversed else (src, tgt)
 
     def describe(self) -> str:
-        """One line: the model, the direction and the attention read."""
+        """One line: the model, the direction and the attention (or saliency) read."""
         heads = f"head {self.head} of {self.heads}" if self.head is not None else \
             f"mean of {self.heads} head{'s' if self.heads != 1 else ''}"
         reading = "input reading (shift)" if self.shift else "output reading"
@@ -266,6 +289,8 @@ class TranslatorAligner:
         if self.guided:
             reading += " (the run's guided-alignment defaults)"
         where = f"layer {self.layer} of {self.layers}, {heads}, {reading}"
+        if self.saliency is not None:
+            where = f"{self.saliency.describe()}, its positive part normalised per row, {reading}"
         if isinstance(self.translator, HFTranslator):
             return f"{self.translator.name}: {where}"
         model = self.translator.model
@@ -377,6 +402,13 @@ class TranslatorAligner:
             ids, spans = self._pieces(reader_tgt[k], "target")
             outputs.append(ids + [eos])
             tgt_spans.append(spans)
+        if self.saliency is not None:
+            for position, scores in self.translator.saliency(sources, outputs, self.saliency,
+                                                             max_tokens=self.max_tokens, progress=progress):
+                yield live[position], ForcedAttention(weights=saliency_weights(scores)[None, None],
+                                                      src_spans=src_spans[position], tgt_spans=tgt_spans[position],
+                                                      reversed=self.reversed)
+            return
         for position, reading in self.translator.force_decode(sources, outputs, max_tokens=self.max_tokens,
                                                               progress=progress):
             yield live[position], ForcedAttention(weights=reading.weights, src_spans=src_spans[position],

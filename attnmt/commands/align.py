@@ -11,6 +11,8 @@ align with; --layer, --head (or --head mean) and --shift/--no-shift override tha
 comes from --src-lang (default:
 the --src file's suffix when it names one of the run's languages, else the run's source language):
 a run trained the other way round is used with the pair swapped and its weights transposed.
+With --saliency METHOD the translator's gradient saliency takes the place of its attention (the
+positive part of each target piece's row, normalised; see attnmt.alignment.translator_attention).
 Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/or --model with
 --vectors give the weighted geometric mean of their weights (attnmt.alignment.combine): vector
 attention gets --vector-weight, the translators share the rest equally.
@@ -49,13 +51,20 @@ from __future__ import annotations
 import argparse
 
 from attnmt.commands.align_words import add_scoring_arguments
-from attnmt.commands.options import add_device_option, add_hf_option, add_trust_option, say
+from attnmt.commands.options import (
+    add_device_option,
+    add_hf_option,
+    add_saliency_options,
+    add_trust_option,
+    saliency_options,
+    say,
+)
 from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS
 
 # Options that only mean something for one of the two sources of weights (checked in run).
 EFLOMAL_OPTIONS = ("also_src", "also_tgt", "possible", "eflomal_samplers", "eflomal_iterations", "eflomal_prefix",
                    "eflomal_votes", "possible_votes")
-HF_OPTIONS = ("layer", "head", "shift")  # of any translator, a run or a Hugging Face model
+HF_OPTIONS = ("layer", "head", "shift", "saliency")  # of any translator, a run or a Hugging Face model
 RUN_OPTIONS = ("checkpoint", "src_lang", "max_tokens", "threads")  # of a run
 VECTOR_OPTIONS = ("temperature", "distortion")
 #: share of vector attention in the geometric mean with translators, chosen on the 37 trial pairs of
@@ -118,6 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     translator.add_argument("--max-tokens", type=int, default=None,
                             help="padded tokens per forward call (default 4000)")
     translator.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_saliency_options(translator, "align with the translator's saliency instead of its attention")
     add_device_option(translator)
     add_trust_option(translator)
     parser.add_argument("--out", required=True, metavar="FILE", help="write the links here, one line per pair")
@@ -181,6 +191,9 @@ def _check_options(args: argparse.Namespace) -> None:
         if given and missing:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ConfigError(f"{flags}: only with {wanted}")
+    args.saliency_options = saliency_options(args)
+    if args.saliency is not None and (args.layer is not None or args.head is not None):
+        raise ConfigError("--layer and --head choose an attention; --saliency has neither")
     if args.vector_weight is not None:
         if (args.model is None and args.hf is None) or args.vectors is None:
             raise ConfigError("--vector-weight: only with both --vectors and --model (it weighs one against the other)")
@@ -247,7 +260,7 @@ def _translator_aligner(args: argparse.Namespace, run: str):
     src_lang = args.src_lang or _file_language(args.src, languages)
     aligner = TranslatorAligner(
         translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=args.shift,
-        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
+        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens, saliency=args.saliency_options,
     )
     step = translator.step
     print(f"translator attention: {run}{f' (step {step})' if step is not None else ''}: {aligner.describe()}")
@@ -261,7 +274,8 @@ def _hf_aligner(args: argparse.Namespace, name: str):
     translator = HFTranslator.load(name, device=args.device or "auto")
     say("align", translator.describe())
     aligner = TranslatorAligner(translator, layer=args.layer, head=args.head, shift=args.shift,
-                                max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens)
+                                max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
+                                saliency=args.saliency_options)
     print(f"translator attention: {aligner.describe()}")
     return aligner
 
