@@ -8,6 +8,7 @@ import html
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import attnmt
@@ -49,6 +50,11 @@ def test_translations_and_show_render_as_the_viewer(runs):
     assert plain.startswith("<table>") and "Ein hund läuft." in plain
     view = attnmt.show(translator, "Ein hund läuft.", beam=2)
     assert isinstance(view, AttentionView) and len(view.examples) == 1 and view.examples[0]["meta"]["beam"] == 2
+    both = attnmt.show(translator, "Ein hund läuft.", saliency="smoothgrad")  # saliency beside the attention
+    [example] = both.examples
+    assert example["saliency_method"] == "SmoothGrad (10 samples, noise 0.15)"
+    assert np.shape(example["saliency"]) == np.shape(example["weights"])
+    assert '"saliency_method":"SmoothGrad (10 samples, noise 0.15)"' in html.unescape(both._repr_html_())
 
 
 def test_the_tour_notebook_runs_in_a_kernel_and_renders_in_a_browser(runs, tmp_path, monkeypatch, browser):

@@ -102,3 +102,33 @@ def test_single_head_models_have_no_per_head_matrices(tiny_run):
         assert all(matrix.shape == (2, 3) for matrix in heads.values())
         assert len(heads) == {"multihead": 2, "transformer": 4}[name]
     assert torch.is_grad_enabled()
+
+
+def test_view_with_saliency_shows_it_merged_into_words_with_each_rows_agreement(tiny_run, capsys):
+    """--saliency: each example carries the translator's saliency of its output, merged into words
+    like the attention, the agreement of every word's row, and the example's mean in its badges."""
+    from attnmt.evaluation.agreement import row_agreement
+
+    _, run = tiny_run
+    out = run.parent / "saliency.html"
+    assert cli_main(["view", str(run), "-n", "3", "--no-progress", "--saliency", "gradient", "--out", str(out)]) == 0
+    data = _viewer_data(out.read_text(encoding="utf-8"))["examples"]
+    translator = Translator.load(run)
+    translations = translator.translate([example["source"] for example in data], return_attention=True)
+    scores = translator.read_saliency(translations)
+    for example, translation, matrix in zip(data, translations, scores):
+        merged, src_words, out_words = merge_subwords(matrix, translation.src_pieces, translation.out_pieces)
+        assert (example["src"], example["out"]) == (src_words, out_words)
+        np.testing.assert_allclose(example["saliency"], merged, atol=1e-4)
+        assert example["saliency_method"] == "gradient × input"
+        attention = merge_subwords(translation.attention, translation.src_pieces, translation.out_pieces)[0]
+        for row, (correlation, same_top) in enumerate(example["agreement"]):
+            rows, tops, _ = row_agreement(attention[None, row, :-1], merged[None, row, :-1])
+            if out_words[row] == "</s>" or not rows:
+                assert (correlation, same_top) == (None, None)
+            else:
+                assert correlation == pytest.approx(rows[0], abs=1e-3) and same_top == tops[0]
+    assert cli_main(["view", str(run), "-n", "1", "--no-progress", "--saliency", "integrated", "--saliency-steps",
+                     "0", "--out", str(run.parent / "x.html")]) == 2
+    assert "--saliency-steps 0: must be an integer from 1 to 10000" in capsys.readouterr().err
+    assert not (run.parent / "x.html").exists()

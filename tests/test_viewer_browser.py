@@ -198,3 +198,44 @@ def test_the_error_check_sees_console_errors_and_blocked_scripts(browser, viewer
     assert any("Content Security Policy" in error for error in errors)
     assert browser.evaluate("window.injected === undefined")
     del browser.events[seen_before:]  # these errors were made on purpose
+
+
+def test_saliency_stands_beside_the_attention_with_each_rows_agreement(browser, tmp_path):
+    """With saliency, a second grid of the same shape; pointing at a row in either grid marks it in
+    both, and the readout gives the word that moves the output most and the row's agreement, which
+    equals scipy's Spearman over the source words but "</s>"."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(3)
+    src, out = ["ein", "Hund", "läuft", "</s>"], ["a", "dog", "runs", "</s>"]
+    attention = softmax_rows(rng.normal(size=(4, 4)) * 2)
+    saliency = rng.normal(size=(4, 4))
+    saliency[1] = [0.0, 2.0, -1.0, 0.1]  # "dog" moved most by "Hund" (the CSS adds the quotes)
+    example = {"source": "ein Hund läuft", "output": "a dog runs", "src_tokens": src, "out_tokens": out,
+               "weights": attention, "saliency": saliency, "saliency_method": "gradient × input"}
+    path = write_attention_viewer([example], tmp_path / "saliency.html")
+    browser.open(path.resolve().as_uri())
+    assert browser.evaluate("document.documentElement.dataset.ready") == "true"
+    assert browser.evaluate("document.querySelectorAll('#example-1 table.heatmap').length") == 2
+    assert browser.evaluate("document.querySelectorAll('#example-1 td.saliency-cell').length") == 16
+    assert browser.evaluate("document.querySelector('#example-1 table.saliency caption').textContent") == \
+        "saliency (gradient × input)"
+    stored = browser.evaluate("document.querySelector(\"#example-1 td.saliency-cell[data-row='1'][data-col='2']\")"
+                              ".dataset.saliency")
+    assert float(stored) == -1.0
+    browser.hover("#example-1 table.saliency th.row-label[data-row='1']")
+    active = browser.evaluate("Array.from(document.querySelectorAll('#example-1 th.row-label.active'))"
+                              ".map(e => e.dataset.row)")
+    assert active == ["1", "1"]  # the same row in both grids
+    line = browser.evaluate("document.querySelector('#example-1 .saliency-title').textContent")
+    expected = spearmanr(attention[1, :3], saliency[1, :3]).statistic
+    same = np.argmax(attention[1, :3]) == np.argmax(saliency[1, :3])
+    assert line == (f"saliency: Hund moves it most: 2.000; rank correlation with the attention {expected:.2f}, "
+                    + ("the same top word" if same else "another top word"))
+    numbers = browser.evaluate("Array.from(document.querySelectorAll('#example-1 .src-saliency'))"
+                               ".map(e => e.textContent)")
+    assert numbers == ["0.000", "2.000", "-1.000", "0.100"]
+    browser.hover("#example-1 table.attention th.row-label[data-row='3']")
+    assert browser.evaluate("document.querySelector('#example-1 .saliency-title').textContent").endswith(
+        "; no agreement (nothing to rank)")  # the "</s>" row
+    assert browser.errors() == []

@@ -5,7 +5,9 @@ reference, its sentence BLEU and a heatmap: hover an output word to see where it
 pieces are merged into words (--pieces keeps them). For multi-head models (the RNN's multihead
 mechanism, Transformers) a menu picks "average" (what the search used) or one head ("head H", or
 "layer L / head H"); per-head weights come from force-decoding the produced output. The page
-needs no network and no other file. Default output: RUN/view-<split>.html.
+needs no network and no other file. Default output: RUN/view-<split>.html. With --saliency METHOD
+each example also shows the output's gradient saliency beside the attention, and how the two
+agree for each output word (rank correlation over the source words, the same top word or not).
 
 With --hf MODEL instead of RUN, a Hugging Face translation model translates the first N lines of
 --src (with --ref, their references) and every layer and head of its cross-attention is shown.
@@ -13,6 +15,7 @@ With --hf MODEL instead of RUN, a Hugging Face translation model translates the 
 Examples:
   attnmt view runs/sdp                                   # 50 sentences of test_2016_flickr, greedy
   attnmt view runs/transformer --beam 5 -n 20 --out transformer.html
+  attnmt view runs/sdp -n 20 --saliency integrated --out sdp-saliency.html
   attnmt view --hf Helsinki-NLP/opus-mt-de-en --src test.de --ref test.en --out opus.html
 """
 
@@ -21,7 +24,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_hf_option, add_trust_option, load_translator, say
+from attnmt.commands.options import (
+    add_device_option,
+    add_hf_option,
+    add_saliency_options,
+    add_trust_option,
+    load_translator,
+    saliency_options,
+    say,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_trust_option(parser)
     parser.add_argument("--src", type=Path, metavar="FILE", help="with --hf: source sentences, one a line")
     parser.add_argument("--ref", type=Path, metavar="FILE", help="with --hf: their reference translations")
+    add_saliency_options(parser, "show beside each attention heatmap")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -60,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
     if args.examples < 1:
         raise ConfigError(f"-n must be >= 1, got {args.examples}")
+    args.saliency_options = saliency_options(args)
     if args.hf is not None:
         return _view_hf(args)
     if args.src is not None or args.ref is not None:
@@ -81,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     count = min(args.examples, len(corpus))
     examples = view_examples(
         translator, corpus.src[:count], corpus.tgt[:count], beam=beam, merge_pieces=not args.pieces,
-        batch_size=args.batch_size, progress=not args.no_progress,
+        batch_size=args.batch_size, progress=not args.no_progress, saliency=args.saliency_options,
     )
     title = (f"{run_dir.name}: {config.model.type} {config.attention or ''}".rstrip()
              + f", {split}, {'greedy search' if beam == 1 else f'beam {beam}'}")
@@ -113,7 +126,8 @@ def _view_hf(args: argparse.Namespace) -> int:
     say("view", translator.describe())
     beam = 1 if args.beam is None else args.beam
     examples = view_examples(translator, sources, references, beam=beam, merge_pieces=not args.pieces,
-                             batch_size=args.batch_size, progress=not args.no_progress)
+                             batch_size=args.batch_size, progress=not args.no_progress,
+                             saliency=args.saliency_options)
     write_attention_viewer(examples, out, title=f"{args.hf}, {'greedy search' if beam == 1 else f'beam {beam}'}",
                            overwrite=True)
     heads = len(examples[0].get("heads", {})) if examples else 0

@@ -23,6 +23,8 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 from attnmt.data.pieces import merge_subwords
+from attnmt.evaluation.agreement import translation_agreement
+from attnmt.models.saliency import SaliencyOptions
 
 __all__ = ["named_heads", "view_examples"]
 
@@ -49,6 +51,7 @@ def view_examples(
     merge_pieces: bool = True,
     batch_size: int | None = None,
     progress: bool = False,
+    saliency: SaliencyOptions | str | None = None,
 ) -> list[dict[str, Any]]:
     """Translate ``sources`` and return one ``write_attention_viewer`` example dict per sentence.
 
@@ -56,6 +59,9 @@ def view_examples(
     ``merge_pieces`` is False, EOS shown as ``</s>``), ``weights`` [T, S] for a single-head model or
     ``heads`` {"average", per-head matrices} (module docstring), and ``meta``: sentence BLEU
     (sacrebleu, against the reference), the log-probability of the output and the beam size.
+    With ``saliency`` (a method name or SaliencyOptions) each example also has the gradient
+    saliency of its output (``translator.read_saliency``), merged into words like the attention,
+    and its mean agreement with the attention in ``meta``.
     """
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
@@ -64,6 +70,8 @@ def view_examples(
         list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
     )
     every_head = translator.read_attention(translations)
+    options = SaliencyOptions(saliency) if isinstance(saliency, str) else saliency
+    scores = translator.read_saliency(translations, options, progress=progress) if options is not None else None
     sentence_bleu = BLEU(effective_order=True)
     examples = []
     for index, translation in enumerate(translations):
@@ -96,5 +104,14 @@ def view_examples(
             example["weights"] = matrices["average"]
         else:
             example["heads"] = matrices
+        if scores is not None and options is not None:
+            matrix = scores[index]
+            if merge_pieces:
+                matrix = merge_subwords(matrix, src_pieces, out_pieces)[0]
+            example["saliency"], example["saliency_method"] = matrix, options.describe()
+            correlations, same_top, _ = translation_agreement(every_head[index], scores[index], translation)
+            if correlations:
+                meta["rank corr."] = round(float(np.mean(correlations)), 2)
+                meta["same top"] = f"{sum(same_top)}/{len(same_top)}"
         examples.append(example)
     return examples

@@ -2,9 +2,10 @@
 
 ``attnmt.show(translator, sentences, beam=5)`` translates and returns an ``AttentionView``; as
 the last expression of a cell it renders as the viewer (one heatmap per sentence, per head for
-multi-head models). ``Translator.translate`` returns ``Translations``, a list that renders the
-same way when its translations carry their attention (``return_attention=True``), else as a table
-of texts (``translations_html``): ``import attnmt`` in a running IPython kernel registers that
+multi-head models; ``saliency="gradient"`` adds the gradient saliency beside it).
+``Translator.translate`` returns ``Translations``, a list that renders the same way when its
+translations carry their attention (``return_attention=True``), else as a table of texts
+(``translations_html``): ``import attnmt`` in a running IPython kernel registers that
 display with IPython, so that the translator itself imports nothing of the presentation.
 
 The viewer is the self-contained page of ``attnmt.visual.viewer.attention_viewer_page`` (inline
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from attnmt.data.pieces import merge_subwords
+from attnmt.models.saliency import SaliencyOptions
 from attnmt.visual.examples import view_examples
 from attnmt.visual.viewer import attention_viewer_page, write_attention_viewer
 
@@ -76,13 +78,16 @@ def show(
     references: Sequence[str] | None = None,
     merge_pieces: bool = True,
     title: str | None = None,
+    saliency: SaliencyOptions | str | None = None,
 ) -> AttentionView:
     """Translate ``sentences`` (one string or several) and return their attention as an
-    ``AttentionView``: in a notebook, the interactive viewer; per head for multi-head models."""
+    ``AttentionView``: in a notebook, the interactive viewer; per head for multi-head models. With
+    ``saliency`` ("gradient", "smoothgrad", "integrated" or a SaliencyOptions) the gradient
+    saliency of each output stands beside its attention, with their agreement word by word."""
     if isinstance(sentences, str):
         sentences = [sentences]
     examples = view_examples(translator, list(sentences), references=references, beam=beam,
-                             merge_pieces=merge_pieces)
+                             merge_pieces=merge_pieces, saliency=saliency)
     return AttentionView(examples, title or f"attnmt: {len(examples)} translation{'s' if len(examples) != 1 else ''}")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from attnmt.data.pieces import as_matrix, as_tokens, check_matrix_shape
+from attnmt.evaluation.agreement import END, row_agreement
 from attnmt.runtime.atomic_files import check_target, write_text_atomic
 
 __all__ = ["attention_viewer_page", "write_attention_viewer"]
@@ -78,12 +79,14 @@ def _normalise_example(index: int, example: Mapping[str, Any]) -> dict[str, Any]
     if duplicated:
         raise ValueError(f"{where} names these matrices twice: {', '.join(duplicated)}")
 
-    checked = []
+    checked, exact = [], []
     for name, weights, label in matrices:
         matrix = as_matrix(weights, label)
         check_matrix_shape(matrix, src_tokens, out_tokens, label)
         checked.append([name, _rounded(matrix)])
+        exact.append(matrix)
     default = "average" if "average" in names else names[0]
+    saliency, agreement = _saliency_of(example, where, src_tokens, out_tokens, exact[names.index(default)])
     source = str(example.get("source") if example.get("source") is not None else " ".join(src_tokens))
     output = str(example.get("output") if example.get("output") is not None else " ".join(out_tokens))
     reference = example.get("reference")
@@ -99,7 +102,27 @@ def _normalise_example(index: int, example: Mapping[str, Any]) -> dict[str, Any]
         "matrices": checked,
         "default": names.index(default),
         "meta": [[str(key), _format_meta(value)] for key, value in meta.items()],
+        **({} if saliency is None else {"saliency": saliency, "agreement": agreement,
+                                        "saliency_method": str(example.get("saliency_method") or "saliency")}),
     }
+
+
+def _saliency_of(example: Mapping[str, Any], where: str, src_tokens: list[str], out_tokens: list[str],
+                 attention: np.ndarray) -> tuple[list | None, list | None]:
+    """The example's saliency [T, S] (rounded) and, for each output token, [rank correlation, same
+    top source token] of its attention row (the matrix shown first) and its saliency row, over the
+    source tokens but "</s>" (``attnmt.evaluation.agreement``); [None, None] for the "</s>" row or
+    a row with nothing to rank. (None, None) without saliency."""
+    if example.get("saliency") is None:
+        return None, None
+    matrix = as_matrix(example["saliency"], f"{where}['saliency']")
+    check_matrix_shape(matrix, src_tokens, out_tokens, f"{where}['saliency']")
+    columns = [j for j, token in enumerate(src_tokens) if token != END]
+    agreement: list[list[Any]] = []
+    for row, token in enumerate(out_tokens):
+        correlations, same_top, _ = row_agreement(attention[None, row, columns], matrix[None, row, columns])
+        agreement.append([round(correlations[0], 4), same_top[0]] if token != END and correlations else [None, None])
+    return _rounded(matrix), agreement
 
 
 def _example_html(index: int, example: dict[str, Any]) -> str:
@@ -166,7 +189,12 @@ def write_attention_viewer(
          "src_tokens": [S tokens], "out_tokens": [T tokens],
          "weights": [T, S]                                   # and/or
          "heads": {"layer 1 / head 1": [T, S], ..., "average": [T, S]},
-         "meta": {"bleu": 31.2, ...}}                        # optional
+         "meta": {"bleu": 31.2, ...},                        # optional
+         "saliency": [T, S], "saliency_method": str}         # optional
+
+    With ``saliency`` (signed: ``attnmt.models.saliency``) a second heatmap stands beside the
+    attention, and the readout adds each output word's agreement of the two (rank correlation
+    over the source words, and whether the top one is the same: ``attnmt.evaluation.agreement``).
 
     The page has inline CSS and JavaScript only (no network, a Content-Security-Policy that
     forbids any other script or request). Each example shows a heatmap with one ``.cell``
