@@ -72,3 +72,20 @@ def test_compare_adds_the_agreement_of_each_run_and_reuses_it(finished, config_p
     monkeypatch.setattr(attnmt.evaluation.agreement, "corpus_agreement", not_again)
     assert cli_main(arguments) == 0  # every run's agreement is read back from its folder
     assert json.loads((out / "summary.json").read_text())["runs"] == summary["runs"]
+
+
+def test_a_mechanism_without_any_ranking_shows_a_dash_not_nan(tmp_path):
+    """A run whose attention ranks nothing (none) has no agreement: a dash in the table, null in JSON."""
+    from pathlib import Path
+
+    from attnmt.models.saliency import SaliencyOptions
+    from attnmt.training.comparison import Comparison, RunOutcome
+
+    comparison = Comparison(out=tmp_path, config="c.yaml", mechanisms=["none"], runs=2, split="test", beam=1,
+                            limits={}, set_options=[], saliency=SaliencyOptions("gradient"))
+    comparison.outcomes = [RunOutcome("none", seed, Path("r"), "reused", 40.0, 2.0, 15.0, 400, 0.0)
+                           for seed in (1, 2)]
+    table = comparison.summary_table()
+    assert "nan" not in table and table.splitlines()[-1].count("–") >= 4
+    assert comparison.to_dict()["runs"][0]["rank_correlation"] is None
+    assert comparison.to_dict()["statistics"]["none"]["top1"]["mean"] is None

@@ -98,7 +98,7 @@ def _number(value: float, digits: int = 2) -> str:
 
 
 def _mean_std(stats: Statistics, digits: int = 2) -> str:
-    if stats.n == 0:
+    if stats.n == 0 or math.isnan(stats.mean):  # no runs, or a measure undefined for them
         return "–"
     if stats.n == 1:
         return _number(stats.mean, digits)
