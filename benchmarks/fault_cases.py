@@ -11,6 +11,9 @@
   of range, a number absurd) and read by the command that reads it.
 - signals: a command in its own process stopped by SIGINT or SIGTERM at a random moment; it must
   end with status 0 or 130 and leave no temporary file or folder.
+- read-only folders: every command that writes, aimed at a folder mounted read-only in a mount
+  namespace of its own (``unshare -m``; root ignores a ``chmod``, not a read-only mount). It must
+  end with a one-line error and leave the folder as it was.
 
 Each generator yields (family, argv, stdin, inputs that must not change, marker that must not
 appear); ``classify`` gives the outcome.
@@ -355,3 +358,65 @@ def classify(code: int, err: str, inputs: list[Path], before: dict[Path, bytes |
     if code == 2 and "error:" in last and "Traceback" not in err:
         return "clear error"
     return f"other (status {code})"
+
+
+READ_ONLY_COMMANDS = {
+    "train --out": lambda ro, run, config, data: ["train", "--config", str(config), "--out", str(ro / "new-run"),
+                                                  "--no-progress", "--max-steps", "2"],
+    "train --resume": lambda ro, run, config, data: ["train", "--out", str(ro / "run"), "--resume", "--no-progress",
+                                                     "--max-steps", "1000"],
+    "evaluate": lambda ro, run, config, data: ["evaluate", str(ro / "run"), "--split", "valid", "-n", "3",
+                                               "--no-progress"],
+    "view": lambda ro, run, config, data: ["view", str(ro / "run"), "--split", "valid", "-n", "3", "--no-progress"],
+    "translate --attention-out": lambda ro, run, config, data: ["translate", str(run), "Ein Hund.",
+                                                                "--attention-out", str(ro / "a.npz")],
+    "translate --plot": lambda ro, run, config, data: ["translate", str(run), "Ein Hund.", "--plot",
+                                                       str(ro / "p.png")],
+    "compare --out": lambda ro, run, config, data: ["compare", "--config", str(config), "--attention", "dot",
+                                                    "--runs", "1", "--max-steps", "2", "--split", "valid",
+                                                    "--out", str(ro / "cmp"), "--no-progress"],
+    "embed --out": lambda ro, run, config, data: ["embed", "--src", str(data["valid.de"]), "--tgt",
+                                                  str(data["valid.en"]), "--out", str(ro / "vec"), "--dim", "2",
+                                                  "--min-count", "1"],
+    "align --out": lambda ro, run, config, data: ["align", "--model", str(run), "--src", str(data["valid.de"]),
+                                                  "--tgt", str(data["valid.en"]), "--out", str(ro / "links.txt")],
+    "curves --out": lambda ro, run, config, data: ["curves", str(run), "--out", str(ro / "c.png")],
+}
+
+
+def read_only_mounts_work() -> bool:
+    """Whether ``unshare -m`` can mount a folder read-only here (root with the namespace rights)."""
+    if shutil.which("unshare") is None:
+        return False
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && "
+                               f"! touch {folder}/x 2>/dev/null"], capture_output=True)
+        return done.returncode == 0
+
+
+def read_only_folders(folder: Path, run: Path, config: Path, data: dict[str, Path], env: dict) -> Iterator[dict]:
+    """Each writing command aimed into a read-only folder that holds a copy of ``run``."""
+    for number, (command, argv_of) in enumerate(READ_ONLY_COMMANDS.items()):
+        read_only = folder / f"read-only-{number}"
+        read_only.mkdir()
+        shutil.copytree(run, read_only / "run")
+        before = {str(p.relative_to(read_only)): p.read_bytes() for p in read_only.rglob("*") if p.is_file()}
+        argv = argv_of(read_only, run, config, data)
+        shell = (f"mount --bind -o ro {read_only} {read_only} && exec {sys.executable} -m attnmt "
+                 + " ".join(f"'{a}'" for a in argv))
+        done = subprocess.run(["unshare", "-m", "sh", "-c", shell], capture_output=True, env=env, timeout=600,
+                              stdin=subprocess.DEVNULL)
+        err = done.stderr.decode("utf-8", "replace")
+        after = {str(p.relative_to(read_only)): p.read_bytes() for p in read_only.rglob("*") if p.is_file()}
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        if "Traceback" in err:
+            outcome = "traceback"
+        elif after != before:
+            outcome = "user file changed"
+        elif done.returncode == 2 and "error:" in last:
+            outcome = "clear error"
+        else:
+            outcome = f"other (status {done.returncode})"
+        yield {"family": command, "argv": [a.replace(str(folder), "$RUNS") for a in argv], "outcome": outcome,
+               "message": last.replace(str(folder), "$RUNS")[:300],
+               **({"stderr": err[-4000:].replace(str(folder), "$RUNS")} if outcome != "clear error" else {})}

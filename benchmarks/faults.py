@@ -26,6 +26,8 @@
    each structured format, and SIGINT / SIGTERM at random moments: ``fault_cases.py`` says how each
    is made. A hostile file's code would create a marker file; the marker must never appear. An
    input of a case (or a file its run needs) must hold the same bytes after it as before.
+7. Read-only folders: every writing command aimed into a folder mounted read-only (``unshare -m``,
+   where the machine allows it: root ignores ``chmod``); one line, status 2, the folder unchanged.
 
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
 "unreadable checkpoint", "different result", "partial file left" (a temporary file a killed write
@@ -62,7 +64,16 @@ from pathlib import Path
 
 import torch
 import yaml
-from fault_cases import classify, hostile_files, odd_numbers, outputs_onto_inputs, signals, structured_formats
+from fault_cases import (
+    classify,
+    hostile_files,
+    odd_numbers,
+    outputs_onto_inputs,
+    read_only_folders,
+    read_only_mounts_work,
+    signals,
+    structured_formats,
+)
 from portable import portable
 
 from attnmt.cli import main as cli_main
@@ -668,6 +679,11 @@ def main() -> None:
         categories["signals"] = list(signals(rng, args.signals, folder, reference, ENV))
         running = sum(not case["ended_before_the_signal"] for case in categories["signals"])
         print(f"  {running} of {args.signals} commands were still running when the signal came", flush=True)
+        if read_only_mounts_work():
+            print("read-only folders", flush=True)
+            categories["read-only folders"] = list(read_only_folders(folder, reference, config, data, ENV))
+        else:
+            print("read-only folders: skipped (needs unshare -m and the right to mount, as root)", flush=True)
 
     outcomes = ["correct", "clear error", "traceback", "unreadable checkpoint", "different result",
                 "partial file left", "lost", "hang", "ran code", "user file changed"]

@@ -175,3 +175,45 @@ def test_a_stop_waits_for_an_import_to_end(tmp_path, monkeypatch):
     finally:
         signal.signal(signal.SIGUSR1, previous)
         sys.modules.pop("slow_library", None)
+
+
+def _read_only_mounts_work(folder: Path) -> bool:
+    """Whether ``unshare -m`` may mount ``folder`` read-only here (root with the namespace rights;
+    a ``chmod`` is no test for root, who ignores it)."""
+    if shutil.which("unshare") is None:
+        return False
+    done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && "
+                           f"! touch {folder}/probe 2>/dev/null"], capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_read_only_folder_is_one_line_before_any_work_and_no_traceback(tmp_path):
+    """Found by benchmarks/faults.py's read-only category: the atomic writer's cleanup unlinked the
+    temporary file it never made, and a read-only file system refuses even that (6 commands ended
+    in a traceback). Outputs are now checked for a writable folder before any work."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if not _read_only_mounts_work(folder):
+        pytest.skip("needs unshare -m and the right to mount a folder read-only (root in its own namespace)")
+    script = (
+        "import sys\n"
+        "from attnmt.errors import AttnmtError\n"
+        "from attnmt.runtime.atomic_files import write_text_atomic\n"
+        "from attnmt.runtime.outputs import check_output\n"
+        "for attempt in (lambda: write_text_atomic(sys.argv[1] + '/out.txt', 'x'),\n"
+        "                lambda: check_output(sys.argv[1] + '/new/out.npz', '--attention-out', False)):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "    except AttnmtError as error:\n"
+        "        print(error)\n"
+    )
+    done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && exec "
+                           f"{sys.executable} -c \"$0\" {folder}", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{folder}/out.txt: could not write it (Read-only file system); nothing was written",
+        f"--attention-out {folder}/new/out.npz: cannot write into {folder} (a read-only file system, or no "
+        "permission); choose another folder",
+    ]
+    assert list(folder.iterdir()) == []

@@ -84,7 +84,7 @@ def test_integrated_gradients_add_up_to_the_score_difference_from_the_zero_embed
     50 steps it stays within 10% of the pair's largest |f_t(e) − f_t(0)|, 2% at the median (the
     random Transformers are the hard case: their ReLUs bend the path), and more steps shrink it."""
     model = _model(name)
-    sources, outputs = _pairs(seed=2, count=10)
+    sources, outputs = _pairs(seed=2, count=8)
     default = dict(saliency(model, sources, outputs, method="integrated"))
     finer = dict(saliency(model, sources, outputs, method="integrated", steps=200))
     errors, finer_errors = [], []

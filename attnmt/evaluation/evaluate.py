@@ -20,6 +20,7 @@ from attnmt.errors import ConfigError
 from attnmt.evaluation.scores import PerplexityResult, Scores, corpus_scores, perplexity
 from attnmt.runs.folder import beam_table_path, checkpoint_path, eval_json_path, hyps_path
 from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.outputs import check_writable_folder
 from attnmt.runtime.tables import format_table
 
 __all__ = ["BEAM_HEADERS", "BeamEvaluation", "BeamResult", "CorpusEvaluation", "RunEvaluation", "beam_table",
@@ -94,6 +95,7 @@ def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code
     """The checkpoint file, its Translator (shown to ``on_load``), the split's name, its corpus and
     the run's ``data.max_tokens``."""
     path = checkpoint_path(run, checkpoint)
+    check_writable_folder(path.parent, f"the run folder {path.parent}, where the scores are written")
     translator = Translator.load(path, precision=precision, device=device, trust_run_code=trust_run_code)
     if on_load is not None:
         on_load(translator)

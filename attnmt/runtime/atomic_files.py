@@ -56,7 +56,10 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
         raise OutputError(f"{path}: could not write it ({error.strerror or error}); {kept}") from None
     finally:
         if temporary is not None:
-            temporary.unlink(missing_ok=True)
+            try:
+                temporary.unlink(missing_ok=True)
+            except OSError:  # a read-only folder refuses even the unlink of a file never made there
+                pass
 
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from attnmt.errors import ConfigError
 
-__all__ = ["RUN_OWN_FILES", "check_output", "is_run_folder"]
+__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder"]
 
 #: Files a run folder needs (attnmt.runs.folder names them); no command's output may replace one.
 RUN_OWN_FILES = ("best.pt", "last.pt", "config.yaml", "metrics.jsonl", "tokenizers.json", "spm.*.model",
@@ -54,4 +54,16 @@ def check_output(
                           "write the output to another file")
     if target.exists() and not overwrite:
         raise ConfigError(f"{option} {target} exists; pass --overwrite to replace it, or choose another name")
+    check_writable_folder(target.parent, f"{option} {target}")
     return target
+
+
+def check_writable_folder(folder: str | os.PathLike, what: str) -> None:
+    """ConfigError when ``folder``, or the nearest part of it that exists, cannot be written into
+    (a read-only file system, no permission): before any work, not after it."""
+    existing = Path(folder).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: cannot write into {existing} (a read-only file system, or no permission); "
+                          "choose another folder")
