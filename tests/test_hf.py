@@ -153,6 +153,10 @@ def test_translate_view_and_align_take_hf(hf_model, tmp_path, capsys):
                      "--out", str(tmp_path / "links.txt"), "--gold", str(tmp_path / "gold"), "--head", "1"]) == 0
     out = capsys.readouterr().out
     assert "AER" in out and len((tmp_path / "links.txt").read_text().splitlines()) == 6
+    assert cli_main(["align", "--hf", model, "--src", str(tmp_path / "s.de"), "--tgt", str(tmp_path / "t.en"),
+                     "--out", str(tmp_path / "saliency.txt"), "--saliency", "gradient"]) == 0
+    assert "gradient × input, its positive part normalised per row" in capsys.readouterr().out
+    assert len((tmp_path / "saliency.txt").read_text().splitlines()) == 6
 
 
 def test_hf_mistakes_end_in_one_line(hf_model, tmp_path, capsys, monkeypatch):
