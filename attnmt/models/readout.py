@@ -42,8 +42,8 @@ from tqdm.auto import tqdm
 from attnmt.data.batching import longest_first
 from attnmt.data.special_tokens import BOS_ID, PAD_ID
 
-__all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedBatch", "ForcedReading", "SpecialIds", "force_decode",
-           "forced_batches", "padded_rows"]
+__all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedBatch", "ForcedReading", "SpecialIds", "batch_plan",
+           "force_decode", "forced_batch", "padded_rows"]
 
 #: bound on B · max(S, T) padded tokens per forward call (as ``data.max_tokens`` in training)
 DEFAULT_MAX_TOKENS = 4000
@@ -88,9 +88,9 @@ class ForcedBatch:
     targets: torch.Tensor
 
 
-def forced_batches(sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], *, max_tokens: int,
-                   specials: SpecialIds, device: torch.device, caller: str) -> list[ForcedBatch]:
-    """The pairs in batches of B · max(S, T) ≤ ``max_tokens`` padded tokens, longest first.
+def batch_plan(sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], max_tokens: int,
+               caller: str) -> list[list[int]]:
+    """The pair indices of each batch: B · max(S, T) ≤ ``max_tokens`` padded tokens, longest first.
     ValueError (naming ``caller``) when the lists differ in length or a row is empty."""
     if len(sources) != len(outputs):
         raise ValueError(f"{caller}: {len(sources)} sources but {len(outputs)} outputs")
@@ -98,19 +98,22 @@ def forced_batches(sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[
         if any(len(row) == 0 for row in rows):
             raise ValueError(f"{caller}: every {name} needs at least one token (its EOS)")
     widths = [max(len(source), len(output)) for source, output in zip(sources, outputs)]
-    batches = []
-    for pairs in longest_first(widths, max_tokens=max_tokens):
-        src_lengths = torch.tensor([len(sources[k]) for k in pairs])
-        src = padded_rows([sources[k] for k in pairs], int(src_lengths.max()), specials.pad)
-        out_len = max(len(outputs[k]) for k in pairs)
-        batches.append(ForcedBatch(
-            pairs=list(pairs),
-            src=src.to(device),
-            src_mask=(torch.arange(src.shape[1]).unsqueeze(0) < src_lengths.unsqueeze(1)).to(device),
-            tgt_in=padded_rows([[specials.start, *outputs[k][:-1]] for k in pairs], out_len, specials.pad).to(device),
-            targets=padded_rows([outputs[k] for k in pairs], out_len, specials.pad).to(device),
-        ))
-    return batches
+    return [list(pairs) for pairs in longest_first(widths, max_tokens=max_tokens)]
+
+
+def forced_batch(pairs: Sequence[int], sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
+                 specials: SpecialIds, device: torch.device) -> ForcedBatch:
+    """The pairs ``pairs`` (indices into ``sources`` and ``outputs``) as one padded ForcedBatch."""
+    src_lengths = torch.tensor([len(sources[k]) for k in pairs])
+    src = padded_rows([sources[k] for k in pairs], int(src_lengths.max()), specials.pad)
+    out_len = max(len(outputs[k]) for k in pairs)
+    return ForcedBatch(
+        pairs=list(pairs),
+        src=src.to(device),
+        src_mask=(torch.arange(src.shape[1]).unsqueeze(0) < src_lengths.unsqueeze(1)).to(device),
+        tgt_in=padded_rows([[specials.start, *outputs[k][:-1]] for k in pairs], out_len, specials.pad).to(device),
+        targets=padded_rows([outputs[k] for k in pairs], out_len, specials.pad).to(device),
+    )
 
 
 def force_decode(
@@ -129,14 +132,14 @@ def force_decode(
     token. The model runs in eval mode under ``torch.inference_mode`` and gets its mode back.
     """
     device = next(model.parameters()).device
-    batches = forced_batches(sources, outputs, max_tokens=max_tokens, specials=specials, device=device,
-                             caller="force_decode")
+    plan = batch_plan(sources, outputs, max_tokens, caller="force_decode")
     bar = tqdm(total=len(sources), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5) \
         if progress else None
     was_training = model.training
     model.eval()
     try:
-        for batch in batches:
+        for pairs in plan:
+            batch = forced_batch(pairs, sources, outputs, specials, device)
             with torch.inference_mode():
                 logits, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
                 every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]

@@ -47,7 +47,14 @@ from tqdm.auto import tqdm
 
 from attnmt.errors import ConfigError
 from attnmt.models.common import log_probabilities
-from attnmt.models.readout import ATTNMT_SPECIALS, DEFAULT_MAX_TOKENS, ForcedBatch, SpecialIds, forced_batches
+from attnmt.models.readout import (
+    ATTNMT_SPECIALS,
+    DEFAULT_MAX_TOKENS,
+    ForcedBatch,
+    SpecialIds,
+    batch_plan,
+    forced_batch,
+)
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.choices import SALIENCY_METHODS, SALIENCY_NOISE, SALIENCY_SAMPLES, SALIENCY_STEPS
 from attnmt.runtime.device import available_memory
@@ -178,14 +185,13 @@ def saliency(
     check_saliency_options(method, samples, noise, steps)
     table = source_embedding(model)
     device = next(model.parameters()).device
-    batches = forced_batches(sources, outputs, max_tokens=max_tokens, specials=specials, device=device,
-                             caller="saliency")
+    plan = batch_plan(sources, outputs, max_tokens, caller="saliency")
     vocab = _output_size(model)
     embed_dim = int(getattr(table, "embedding_dim", 0) or 0)
     available = available_memory(device)
-    if batches and available is not None:
-        needed = max(saliency_bytes(len(batch.pairs), batch.src.shape[1], batch.tgt_in.shape[1], vocab, embed_dim)
-                     for batch in batches)
+    if plan and available is not None:
+        needed = max(saliency_bytes(len(pairs), max(len(sources[k]) for k in pairs),
+                                    max(len(outputs[k]) for k in pairs), vocab, embed_dim) for pairs in plan)
         if needed > available // 2:
             raise ConfigError(f"max_tokens={max_tokens}: saliency of a batch needs about {needed / 2**20:,.0f} MiB, "
                               f"more than half of the {available / 2**20:,.0f} MiB free on {device}; "
@@ -198,7 +204,8 @@ def saliency(
     was_training = model.training
     model.eval()
     try:
-        for batch in batches:
+        for pairs in plan:
+            batch = forced_batch(pairs, sources, outputs, specials, device)
             real = _real_outputs(batch, outputs)
             total = torch.zeros(*batch.tgt_in.shape, batch.src.shape[1], dtype=torch.float64)
             for point in points:
