@@ -7,12 +7,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import attnmt.evaluation.agreement
 import attnmt.training.trainer
 from attnmt.cli import main as cli_main
 from attnmt.errors import ConfigError
@@ -218,3 +220,34 @@ def test_a_finished_run_is_not_reused_under_another_limit(finished, config_path)
                                           f"max_steps={STEPS + 3}"):
         compare_mechanisms(config_path, MECHANISMS, 2, out, limits={"max_steps": STEPS + 3}, show_progress=False,
                            log=lambda line: None)
+
+
+def test_compare_adds_the_agreement_of_each_run_and_reuses_it(finished, config_path, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "results"
+    shutil.copytree(finished[0], out)
+    arguments = ["compare", "--config", str(config_path), "--attention", *MECHANISMS, "--runs", "2", "--out",
+                 str(out), "--max-steps", str(STEPS), "--no-progress", "--saliency", "gradient"]
+    assert cli_main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert "attention-saliency rank correlation (mean ± std)" in printed and "top-1 agreement (mean ± std)" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["saliency"]["method"] == "gradient"
+    for run in summary["runs"]:
+        report = json.loads((out / "runs" / f"{run['mechanism']}-seed{run['seed']}" /
+                             "agreement-made_up-gradient.json").read_text())
+        assert report["step"] == run["step"] and report["words"] > 0
+        # (mean attention is uniform over pieces, so over words it ranks them by their number of pieces)
+        assert 0 < report["counted"] <= report["words"]
+        assert -1 <= run["rank_correlation"] <= 1 and 0 <= run["top1"] <= 1
+        assert (run["rank_correlation"], run["top1"]) == (report["rank_correlation"], report["top1"])
+    statistics = summary["statistics"]["dot"]["rank_correlation"]
+    values = [run["rank_correlation"] for run in summary["runs"] if run["mechanism"] == "dot"]
+    assert statistics["mean"] == pytest.approx(float(np.mean(values)))
+    assert "rank_correlation_mean" in (out / "summary.csv").read_text().splitlines()[0]
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the agreement was computed again")
+
+    monkeypatch.setattr(attnmt.evaluation.agreement, "corpus_agreement", not_again)
+    assert cli_main(arguments) == 0  # every run's agreement is read back from its folder
+    assert json.loads((out / "summary.json").read_text())["runs"] == summary["runs"]

@@ -94,9 +94,9 @@ def test_load_attention_names_the_file_and_line_it_cannot_read(tmp_path):
         attnmt.load_attention(tmp_path / "foreign.npz")
 
 
-@pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
-def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(tiny_run, tmp_path, capsys, suffix):
-    _, run = tiny_run
+def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(tiny_run, tmp_path, capsys):
+    name, run = tiny_run
+    suffix = ".jsonl" if name == "multihead" else ".npz"  # both formats, one run each
     path = tmp_path / f"saliency{suffix}"
     assert cli_main(["translate", str(run), *SENTENCES, "--attention-out", str(path), "--saliency", "integrated",
                      "--saliency-steps", "8"]) == 0

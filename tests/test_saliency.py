@@ -78,7 +78,7 @@ def test_gradient_times_input_is_the_derivative_along_each_source_embedding(name
         np.testing.assert_allclose(found[k], expected, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["rnn additive", "transformer", "transformer, shared embeddings"])
+@pytest.mark.parametrize("name", ["transformer", "transformer, shared embeddings"])  # the RNNs' error is ~0
 def test_integrated_gradients_add_up_to_the_score_difference_from_the_zero_embedding(name):
     """Completeness: Σ_s a[t, s] = f_t(e) − f_t(0) up to the midpoint rule's error. At the default
     50 steps it stays within 10% of the pair's largest |f_t(e) − f_t(0)|, 2% at the median (the
