@@ -243,7 +243,7 @@ class TranslatorAligner:
             self.layers, self.heads = model.cross_attention_layers, model.attention_heads
             self.run_languages = (self.translator.tokenizers.src_lang, self.translator.tokenizers.tgt_lang)
             guided = guided_reading(self.translator.run_config)
-        self.saliency = SaliencyOptions(saliency) if isinstance(saliency, str) else saliency
+        self.saliency = None if saliency is None else SaliencyOptions.of(saliency)
         if self.saliency is not None:  # one matrix, read where it predicts the word (not the attention's guide)
             if layer is not None or head is not None:
                 raise ConfigError("layer and head choose an attention; saliency has neither")

@@ -254,9 +254,8 @@ class HFTranslator:
         options: SaliencyOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
     ) -> Iterator[tuple[int, np.ndarray]]:
         """``attnmt.models.saliency.saliency`` with this model and its special ids."""
-        options = options if isinstance(options, SaliencyOptions) else SaliencyOptions(options)
-        return saliency(self.readout, sources, outputs, **options.as_keywords(), max_tokens=max_tokens,
-                        specials=self.specials, progress=progress)
+        return saliency(self.readout, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
+                        max_tokens=max_tokens, specials=self.specials, progress=progress)
 
     def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
                       progress: bool = False) -> list[np.ndarray]:

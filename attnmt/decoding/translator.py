@@ -348,9 +348,8 @@ class Translator:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """``attnmt.models.saliency.saliency`` with this translator's model: complete rows of source
         and output ids in, ``(pair index, scores [T, S])`` out, batch by batch."""
-        options = options if isinstance(options, SaliencyOptions) else SaliencyOptions(options)
-        return saliency(self.model, sources, outputs, **options.as_keywords(), max_tokens=max_tokens,
-                        progress=progress)
+        return saliency(self.model, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
+                        max_tokens=max_tokens, progress=progress)
 
     def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
                       progress: bool = False) -> list[np.ndarray]:

@@ -43,7 +43,7 @@ from attnmt.data.batching import longest_first
 from attnmt.data.special_tokens import BOS_ID, PAD_ID
 
 __all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedBatch", "ForcedReading", "SpecialIds", "batch_plan",
-           "force_decode", "forced_batch", "padded_rows"]
+           "batches_in_eval_mode", "force_decode", "forced_batch", "padded_rows"]
 
 #: bound on B · max(S, T) padded tokens per forward call (as ``data.max_tokens`` in training)
 DEFAULT_MAX_TOKENS = 4000
@@ -116,6 +116,27 @@ def forced_batch(pairs: Sequence[int], sources: Sequence[Sequence[int]], outputs
     )
 
 
+def batches_in_eval_mode(model, plan: Sequence[Sequence[int]], sources: Sequence[Sequence[int]],
+                         outputs: Sequence[Sequence[int]], specials: SpecialIds, device: torch.device,
+                         progress: str | None = None) -> Iterator[ForcedBatch]:
+    """The batches of ``plan``, each built when it is reached, with the model in eval mode: its mode
+    comes back when the loop ends, also when the caller stops early. ``progress``: the label of a
+    tqdm bar of pairs (None: no bar)."""
+    bar = tqdm(total=len(sources), desc=progress, unit=" pairs", leave=False, mininterval=0.5) \
+        if progress is not None else None
+    was_training = model.training
+    model.eval()
+    try:
+        for pairs in plan:
+            yield forced_batch(pairs, sources, outputs, specials, device)
+            if bar is not None:
+                bar.update(len(pairs))
+    finally:
+        model.train(was_training)
+        if bar is not None:
+            bar.close()
+
+
 def force_decode(
     model,
     sources: Sequence[Sequence[int]],
@@ -133,29 +154,18 @@ def force_decode(
     """
     device = next(model.parameters()).device
     plan = batch_plan(sources, outputs, max_tokens, caller="force_decode")
-    bar = tqdm(total=len(sources), desc="force-decoding", unit=" pairs", leave=False, mininterval=0.5) \
-        if progress else None
-    was_training = model.training
-    model.eval()
-    try:
-        for pairs in plan:
-            batch = forced_batch(pairs, sources, outputs, specials, device)
-            with torch.inference_mode():
-                logits, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
-                every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]
-                scores = None
-                if log_probs:
-                    gathered = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.targets.unsqueeze(-1))
-                    scores = gathered.squeeze(-1).cpu().numpy()  # [B, T]
-            for row, k in enumerate(batch.pairs):
-                length, source_length = len(outputs[k]), len(sources[k])
-                yield k, ForcedReading(
-                    weights=np.ascontiguousarray(every_head[row, :, :, :length, :source_length]),
-                    log_probs=None if scores is None else scores[row, :length].copy(),
-                )
-            if bar is not None:
-                bar.update(len(batch.pairs))
-    finally:
-        model.train(was_training)
-        if bar is not None:
-            bar.close()
+    for batch in batches_in_eval_mode(model, plan, sources, outputs, specials, device,
+                                      "force-decoding" if progress else None):
+        with torch.inference_mode():
+            logits, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
+            every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]
+            scores = None
+            if log_probs:
+                gathered = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.targets.unsqueeze(-1))
+                scores = gathered.squeeze(-1).cpu().numpy()  # [B, T]
+        for row, k in enumerate(batch.pairs):
+            length, source_length = len(outputs[k]), len(sources[k])
+            yield k, ForcedReading(
+                weights=np.ascontiguousarray(every_head[row, :, :, :length, :source_length]),
+                log_probs=None if scores is None else scores[row, :length].copy(),
+            )

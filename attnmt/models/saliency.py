@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from attnmt.errors import ConfigError
 from attnmt.models.common import log_probabilities
@@ -53,7 +52,7 @@ from attnmt.models.readout import (
     ForcedBatch,
     SpecialIds,
     batch_plan,
-    forced_batch,
+    batches_in_eval_mode,
 )
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.choices import SALIENCY_METHODS, SALIENCY_NOISE, SALIENCY_SAMPLES, SALIENCY_STEPS
@@ -90,6 +89,11 @@ class SaliencyOptions:
 
     def __post_init__(self) -> None:
         check_saliency_options(self.method, self.samples, self.noise, self.steps)
+
+    @classmethod
+    def of(cls, value: SaliencyOptions | str) -> SaliencyOptions:
+        """``value`` itself, or the default settings of the method it names."""
+        return value if isinstance(value, SaliencyOptions) else cls(value)
 
     def describe(self) -> str:
         """The method and the settings it uses, e.g. "integrated gradients (50 steps)"."""
@@ -199,13 +203,9 @@ def saliency(
     generator = torch.Generator().manual_seed(seed)
     points = _points(method, samples, noise, steps, generator)
     probe = _SourceProbe(table)
-    bar = tqdm(total=len(sources), desc=f"saliency ({method})", unit=" pairs", leave=False, mininterval=0.5) \
-        if progress else None
-    was_training = model.training
-    model.eval()
     try:
-        for pairs in plan:
-            batch = forced_batch(pairs, sources, outputs, specials, device)
+        for batch in batches_in_eval_mode(model, plan, sources, outputs, specials, device,
+                                          f"saliency ({method})" if progress else None):
             real = _real_outputs(batch, outputs)
             total = torch.zeros(*batch.tgt_in.shape, batch.src.shape[1], dtype=torch.float64)
             for point in points:
@@ -213,14 +213,8 @@ def saliency(
             total /= len(points)
             for row, k in enumerate(batch.pairs):
                 yield k, total[row, : len(outputs[k]), : len(sources[k])].numpy().astype(np.float32)
-            if bar is not None:
-                bar.update(len(batch.pairs))
     finally:
         probe.close()
-        model.train(was_training)
-        if bar is not None:
-            bar.close()
-
 
 def _real_outputs(batch: ForcedBatch, outputs: Sequence[Sequence[int]]) -> torch.Tensor:
     """[B, T] bool: True where output position t is a token of the pair's output, not padding."""

@@ -37,7 +37,8 @@ def check_output(
 ) -> Path:
     """``path`` as the output of ``option`` (e.g. ``--out``); ConfigError in one line when it is a
     folder, has a suffix not in ``suffixes``, is one of ``inputs`` (the same file by any name), is a
-    file a run folder needs, or exists while ``overwrite`` is False."""
+    file a run folder needs, exists while ``overwrite`` is False, or lies in a folder that cannot be
+    written into."""
     target = Path(path)
     if suffixes is not None and target.suffix.lower() not in suffixes:
         choices = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1]

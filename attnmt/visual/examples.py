@@ -70,7 +70,7 @@ def view_examples(
         list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
     )
     every_head = translator.read_attention(translations)
-    options = SaliencyOptions(saliency) if isinstance(saliency, str) else saliency
+    options = None if saliency is None else SaliencyOptions.of(saliency)
     scores = translator.read_saliency(translations, options, progress=progress) if options is not None else None
     sentence_bleu = BLEU(effective_order=True)
     examples = []
