@@ -9,11 +9,6 @@ ATTNMT=${ATTNMT:-.venv/bin/attnmt}
 OUT=${DEMO_OUT:-demo}
 MINUTES=${DEMO_MINUTES:-5}
 mkdir -p "$OUT"
-# glibc keeps freed memory instead of unmapping large blocks and faulting them in again at every
-# step: more training tokens/s (benchmarks/allocator.py; the figures are in docs/results.md).
-export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-1073741824}
-export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-17179869184}
-export MALLOC_TOP_PAD_=${MALLOC_TOP_PAD_:-268435456}
 
 echo "== 1. What can one attention head compute? =="
 "$ATTNMT" explore all --plot "$OUT/explore"

@@ -177,8 +177,9 @@ def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = Fal
 
 
 def comparable(records: list[dict]) -> list[dict]:
-    """Metric records without the fields that measure time."""
-    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s")} for r in records]
+    """Metric records without the fields that measure time and memory."""
+    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s", "resident_gib", "memory_trimmed")}
+            for r in records]
 
 
 # ---------------------------------------------------------------------------- a full disk

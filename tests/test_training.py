@@ -52,6 +52,8 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
     assert lines[:-1] == result.history
     for record in train_records:
         assert {"type", "step", "epoch", "loss", "ppl", "lr", "tokens_per_s", "elapsed"} <= set(record)
+        if sys.platform == "linux":  # read from /proc/self/statm
+            assert 0.05 < record["resident_gib"] < 64
     best = load_checkpoint(run / "best.pt")
     assert "optimizer" not in best and best["progress"]["step"] == result.best_step
     last = load_checkpoint(run / "last.pt", require_training_state=True)

@@ -37,6 +37,7 @@ from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
+from attnmt.runtime.allocator import MemoryBound, keep_freed_memory, resident_bytes
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
@@ -110,6 +111,7 @@ class Trainer:
         self._last_saved: tuple | None = None
         self._tensorboard: TensorBoardLog | None = None  # with training.tensorboard, on rank 0
         self._minutes_spent: float | None = None  # share of max_minutes at the last reading of the clock
+        self._memory_bound = MemoryBound(active=False)  # run() activates it where glibc keeps freed memory
 
     @property
     def model(self):
@@ -133,8 +135,11 @@ class Trainer:
     def _run(self) -> TrainResult:
         if self.config.training.tensorboard and self.context.is_main:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
+        allocator = keep_freed_memory()
+        self._memory_bound = MemoryBound(active=allocator.kept)
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
                                             self.trust_run_code)
+        self._say(allocator.describe())
         if self.config.training.tensorboard and self.context.is_main:
             self._tensorboard = TensorBoardLog(self.run_dir)
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
@@ -376,6 +381,8 @@ class Trainer:
         if window.steps == 0:
             return
         nll = window.per_token(window.nll)
+        trimmed = self._memory_bound.check()
+        resident = resident_bytes()
         record = {
             "type": "train",
             "step": progress.step,
@@ -391,6 +398,8 @@ class Trainer:
             "device": str(parts.device),
             "precision": self.config.training.precision,
             "tf32": parts.tf32,
+            **({"resident_gib": round(resident / 2**30, 3)} if resident is not None else {}),
+            **({"memory_trimmed": True} if trimmed else {}),
         }
         self._record(record)
         parts.window = RunningStatistics()
