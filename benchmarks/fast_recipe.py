@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, nargs="+", default=[5, 15])
     parser.add_argument("--runs", type=Path, default=PROJECT / "runs" / "fast", help="where the runs go")
     parser.add_argument("--json", type=Path, default=RESULTS / "multi30k_rnn_fast.json")
+    parser.add_argument("--scores", type=Path, default=RESULTS / "fast", help="where each run's JSON goes")
     args = parser.parse_args()
     rows, record = [], {"config": str(CONFIG.relative_to(PROJECT)), "budgets": []}
     scored: dict[float, list[dict]] = {minutes: [] for minutes in sorted(args.minutes)}
@@ -55,7 +56,7 @@ def main() -> int:
             code = attnmt_cli(command)
             if code:
                 return code
-            out = RESULTS / "fast" / f"{minutes:g}min-seed{seed}.json"
+            out = args.scores / f"{minutes:g}min-seed{seed}.json"
             code = recipe.main(["--run", str(run), "--json", str(out)])
             if code:
                 return code
@@ -72,7 +73,7 @@ def main() -> int:
             "steps": [t["steps"] for t in training],
             "minutes_to_best": [t["minutes_to_best"] for t in training],
             "target_tokens_to_best": [t["target_tokens_to_best"] for t in training],
-            "runs": [f"fast/{minutes:g}min-seed{seed}.json" for seed in args.seeds],
+            "runs": [portable(str(args.scores / f"{minutes:g}min-seed{seed}.json")) for seed in args.seeds],
         }
         record["budgets"].append(budget)
         rows.append([f"{minutes:g}", len(args.seeds), f"{bleu[5]['mean']:.2f} ± {bleu[5]['std']:.2f}",
