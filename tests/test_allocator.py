@@ -4,6 +4,7 @@ resident memory stays bounded."""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_without_glibc_nothing_is_changed(monkeypatch):
 
 
 def test_the_bound_trims_only_above_it():
-    readings = iter([1000, 1500, 2100, 1200, None])
+    readings = iter([1000, 1500, 2100, 900, 1200, None])  # 900: read again after the trim
     trims = []
     bound = MemoryBound(active=True, factor=2.0, floor=100, read=lambda: next(readings),
                         release=lambda: trims.append(1) or True)
@@ -104,3 +105,23 @@ def test_trim_and_resident_memory_on_this_machine():
     assert allocator.trim() is True
     resident = allocator.resident_bytes()
     assert resident is not None and resident > 10 * 2**20
+
+
+def test_a_process_that_needs_more_moves_the_bound_instead_of_trimming_at_every_call():
+    readings = iter([1000, 2500, 2400, 2600, 4000, 1200])
+    bound = MemoryBound(active=True, factor=2.0, floor=100, read=lambda: next(readings), release=lambda: True)
+    bound.check()  # bound 2000
+    assert bound.check() and bound.bound == 4800  # 2500 > 2000: trimmed, still 2400 in use
+    assert not bound.check()  # 2600 <= 4800
+    assert not bound.check() and bound.trims == 1  # 4000 <= 4800
+
+
+def test_watch_checks_in_a_thread():
+    seen = threading.Event()
+    bound = MemoryBound(active=True, read=lambda: seen.set() or 1000, release=lambda: True)
+    thread = bound.watch(seconds=0.01)
+    assert thread is not None and thread.daemon and seen.wait(5)
+    bound.active = False
+    thread.join(5)
+    assert not thread.is_alive()
+    assert MemoryBound(active=False).watch() is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -124,11 +125,13 @@ def trim() -> bool:
 class MemoryBound:
     """Bounds the resident memory of a process whose glibc keeps freed memory.
 
-    ``check()`` is called at regular points (the trainer: every ``log_every`` steps). The first call
-    sets the bound to ``factor`` × the resident memory at that point (after the first steps, when
-    every tensor of a step exists), at least ``floor`` more than it; a later call that finds the
-    process above the bound trims (``malloc_trim(0)``). Inactive (never trims) unless
-    ``keep_freed_memory`` kept freed memory."""
+    ``check()`` is called at regular points (the trainer: every ``log_every`` steps; ``watch``: a
+    thread, every few seconds). The first call sets the bound to ``factor`` × the resident memory at
+    that point (in the trainer after the first steps, when every tensor of a step exists), at least
+    ``floor`` more than it; a later call that finds the process above the bound trims
+    (``malloc_trim(0)``). When the memory in use is itself above the bound after trimming, the bound
+    moves to ``factor`` × that, so that a process that needs more is not trimmed at every call.
+    Inactive (never trims) unless ``keep_freed_memory`` kept freed memory."""
 
     def __init__(self, active: bool, factor: float = 2.0, floor: int = 1 << 30,
                  read: Callable[[], int | None] = resident_bytes, release: Callable[[], bool] = trim):
@@ -154,4 +157,22 @@ class MemoryBound:
         if resident <= self.bound or not self._release():
             return False
         self.trims += 1
+        after = self._read()
+        if after is not None and after > self.bound / self.factor:
+            self.bound = max(self.bound, int(self.factor * after))
         return True
+
+    def watch(self, seconds: float = 5.0) -> threading.Thread | None:
+        """Check every ``seconds`` in a daemon thread (for commands whose loops do not call
+        ``check``); None when inactive."""
+        if not self.active:
+            return None
+        stop = threading.Event()
+
+        def run() -> None:
+            while self.active and not stop.wait(seconds):
+                self.check()
+
+        thread = threading.Thread(target=run, name="attnmt-memory-bound", daemon=True)
+        thread.start()
+        return thread
