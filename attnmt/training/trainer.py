@@ -293,7 +293,8 @@ class Trainer:
         started = time.perf_counter()
         epoch_label = progress.epoch if at_epoch_end else progress.epoch + 1
         record = self._validate(epoch_label)
-        progress.elapsed_seconds += time.perf_counter() - started
+        validation_seconds = time.perf_counter() - started
+        progress.elapsed_seconds += validation_seconds
         progress.last_eval_step = progress.step
         val_loss = record["val_loss"]
         improved = parts.plateau.update(val_loss, progress.step, epoch_label, record["val_bleu"], at_epoch_end,
@@ -312,6 +313,7 @@ class Trainer:
             "lr": self._lr(),
             "tokens_per_s": sums.tokens_per_second,
             "elapsed": progress.elapsed_seconds,
+            "val_seconds": round(validation_seconds, 3),  # inside the training budget, as max_minutes counts it
             "best": improved,
         })
         bleu_text = f", val BLEU {record['val_bleu']:.2f}" if record["val_bleu"] is not None else ""
