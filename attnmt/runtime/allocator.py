@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -126,22 +127,29 @@ class MemoryBound:
     """Bounds the resident memory of a process whose glibc keeps freed memory.
 
     ``check()`` is called at regular points (the trainer: every ``log_every`` steps; ``watch``: a
-    thread, every few seconds). The first call sets the bound to ``factor`` × the resident memory at
-    that point (in the trainer after the first steps, when every tensor of a step exists), at least
-    ``floor`` more than it; a later call that finds the process above the bound trims
-    (``malloc_trim(0)``). When the memory in use is itself above the bound after trimming, the bound
-    moves to ``factor`` × that, so that a process that needs more is not trimmed at every call.
-    Inactive (never trims) unless ``keep_freed_memory`` kept freed memory."""
+    thread, every few seconds). The first call sets the bound to ``factor`` × the resident memory
+    at that point, at least ``floor`` more than it. A later call that finds the process above the
+    bound gives the free pages back (``malloc_trim(0)``), at most once every ``interval`` seconds
+    and never in the first ``interval`` after the bound was set: the heap of a training grows for
+    its first few hundred steps as it meets batches of new shapes, and the pages a trim gives back
+    that a step still uses fault in again (about a second for a few GiB), so a trim pays only
+    against slow growth, never against the working set. When the memory in use is itself above the
+    bound after trimming, the bound moves to ``factor`` × that. Inactive (never trims) unless
+    ``keep_freed_memory`` kept freed memory."""
 
-    def __init__(self, active: bool, factor: float = 2.0, floor: int = 1 << 30,
-                 read: Callable[[], int | None] = resident_bytes, release: Callable[[], bool] = trim):
+    def __init__(self, active: bool, factor: float = 2.0, floor: int = 1 << 30, interval: float = 300.0,
+                 read: Callable[[], int | None] = resident_bytes, release: Callable[[], bool] = trim,
+                 clock: Callable[[], float] = time.monotonic):
         self.active = active
         self.factor = factor
         self.floor = floor
+        self.interval = interval
         self.bound: int | None = None
         self.trims = 0
         self._read = read
         self._release = release
+        self._clock = clock
+        self._quiet_until = 0.0  # no trim before this time of the clock
 
     def check(self) -> bool:
         """True when this call trimmed."""
@@ -153,10 +161,12 @@ class MemoryBound:
             return False
         if self.bound is None:
             self.bound = max(int(self.factor * resident), resident + self.floor)
+            self._quiet_until = self._clock() + self.interval
             return False
-        if resident <= self.bound or not self._release():
+        if resident <= self.bound or self._clock() < self._quiet_until or not self._release():
             return False
         self.trims += 1
+        self._quiet_until = self._clock() + self.interval
         after = self._read()
         if after is not None and after > self.bound / self.factor:
             self.bound = max(self.bound, int(self.factor * after))
