@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
-from attnmt.runtime.allocator import MemoryBound, keep_freed_memory
+from attnmt.runtime.allocator import process_memory_bound
 
 # command name -> (module under attnmt.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     show_warnings_in_one_line(args.command)
     if argv is None and args.command in KEEP_FREED_MEMORY:  # attnmt is the process
-        MemoryBound(active=keep_freed_memory().kept).watch()
+        process_memory_bound().watch()
     previous_handlers = stop_on_signals()
     try:
         return int(args.run(args) or 0)

@@ -141,3 +141,11 @@ def test_trims_are_spaced_and_none_comes_while_the_heap_is_still_growing():
     for now[0] in (10.0, 299.0, 301.0, 400.0, 602.0):
         bound.check()
     assert trims == [301.0, 602.0]
+
+
+def test_one_bound_per_process(monkeypatch):
+    monkeypatch.setattr(allocator, "_applied", None)
+    monkeypatch.setattr(allocator, "_process_bound", None)
+    monkeypatch.setenv("ATTNMT_ALLOCATOR", "system")
+    bound = allocator.process_memory_bound()
+    assert bound is allocator.process_memory_bound() and not bound.active

@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATOR_ENV", "AllocatorSetting", "MemoryBound", "keep_freed_memory", "resident_bytes", "trim"]
+__all__ = ["ALLOCATOR_ENV", "AllocatorSetting", "MemoryBound", "keep_freed_memory", "process_memory_bound",
+           "resident_bytes", "trim"]
 
 ALLOCATOR_ENV = "ATTNMT_ALLOCATOR"  # "system": leave the allocator as it comes
 
@@ -186,3 +187,17 @@ class MemoryBound:
         thread = threading.Thread(target=run, name="attnmt-memory-bound", daemon=True)
         thread.start()
         return thread
+
+
+_process_bound: MemoryBound | None = None
+
+
+def process_memory_bound() -> MemoryBound:
+    """The one bound of this process (after ``keep_freed_memory``; active when it kept freed memory).
+    One per process, not per training: a second training in the same process (a notebook,
+    ``compare``, a resumed budget) is bounded by the first reading of the process, not by its own
+    reading of a heap that the first has already grown."""
+    global _process_bound
+    if _process_bound is None:
+        _process_bound = MemoryBound(active=keep_freed_memory().kept)
+    return _process_bound

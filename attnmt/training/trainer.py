@@ -37,7 +37,7 @@ from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
-from attnmt.runtime.allocator import MemoryBound, keep_freed_memory, resident_bytes
+from attnmt.runtime.allocator import MemoryBound, keep_freed_memory, process_memory_bound, resident_bytes
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
@@ -136,7 +136,7 @@ class Trainer:
         if self.config.training.tensorboard and self.context.is_main:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
         allocator = keep_freed_memory()
-        self._memory_bound = MemoryBound(active=allocator.kept)
+        self._memory_bound = process_memory_bound()
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
                                             self.trust_run_code)
         self._say(allocator.describe())
