@@ -3,7 +3,8 @@ by side for the same minutes, one thread each (as the long Hansards runs were): 
 to keep freed memory by the environment variables (``MALLOC_MMAP_THRESHOLD_`` and its companions:
 attnmt leaves a user's setting alone), one with attnmt's own setting, which adds a bound on the
 resident memory (``attnmt.runtime.allocator.MemoryBound``: ``malloc_trim`` above twice the
-resident memory of the first steps, at least 1 GiB more). The resident memory (VmRSS) of each is
+resident memory of the first steps, at least 1 GiB more, not in the first five minutes and then at
+most once a minute). The resident memory (VmRSS) of each is
 read every ``--every`` seconds.
 
     python benchmarks/allocator_growth.py runs/hansards-rnn --minutes 14   # 14 minutes, idle machine
@@ -83,7 +84,7 @@ def main() -> int:
                 if job["process"].poll() is None and (gib := resident_gib(job["process"].pid)) is not None:
                     job["readings"].append((round((time.monotonic() - started) / 60, 2), round(gib, 3)))
             time.sleep(args.every)
-        record = {"run": portable(args.run), "minutes_after_resuming": args.minutes, "threads_each": 1,
+        record = {"run": portable(str(args.run)), "minutes_after_resuming": args.minutes, "threads_each": 1,
                   "seconds_between_readings": args.every, "variants": {}}
         rows = []
         for name, job in jobs.items():

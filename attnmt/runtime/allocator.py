@@ -130,20 +130,22 @@ class MemoryBound:
     ``check()`` is called at regular points (the trainer: every ``log_every`` steps; ``watch``: a
     thread, every few seconds). The first call sets the bound to ``factor`` × the resident memory
     at that point, at least ``floor`` more than it. A later call that finds the process above the
-    bound gives the free pages back (``malloc_trim(0)``), at most once every ``interval`` seconds
-    and never in the first ``interval`` after the bound was set: the heap of a training grows for
-    its first few hundred steps as it meets batches of new shapes, and the pages a trim gives back
-    that a step still uses fault in again (about a second for a few GiB), so a trim pays only
-    against slow growth, never against the working set. When the memory in use is itself above the
+    bound gives the free pages back (``malloc_trim(0)``), never in the first ``warmup`` seconds after
+    the bound was set and then at most once every ``interval`` seconds: the heap of a training grows
+    for its first few hundred steps as it meets batches of new shapes (a five-minute run is never
+    trimmed), and the pages a trim gives back that a step still uses fault in again (about a second
+    for a few GiB), so trims are kept rare. When the memory in use is itself above the
     bound after trimming, the bound moves to ``factor`` × that. Inactive (never trims) unless
     ``keep_freed_memory`` kept freed memory."""
 
-    def __init__(self, active: bool, factor: float = 2.0, floor: int = 1 << 30, interval: float = 300.0,
+    def __init__(self, active: bool, factor: float = 2.0, floor: int = 1 << 30, warmup: float = 300.0,
+                 interval: float = 60.0,
                  read: Callable[[], int | None] = resident_bytes, release: Callable[[], bool] = trim,
                  clock: Callable[[], float] = time.monotonic):
         self.active = active
         self.factor = factor
         self.floor = floor
+        self.warmup = warmup
         self.interval = interval
         self.bound: int | None = None
         self.trims = 0
@@ -162,7 +164,7 @@ class MemoryBound:
             return False
         if self.bound is None:
             self.bound = max(int(self.factor * resident), resident + self.floor)
-            self._quiet_until = self._clock() + self.interval
+            self._quiet_until = self._clock() + self.warmup
             return False
         if resident <= self.bound or self._clock() < self._quiet_until or not self._release():
             return False
