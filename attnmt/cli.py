@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
-from attnmt.runtime.allocator import process_memory_bound
+from attnmt.runtime.allocator import keep_freed_memory
 
 # command name -> (module under attnmt.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,9 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-#: commands whose process keeps freed memory in glibc (attnmt.runtime.allocator), with a thread that
-#: bounds the resident memory: those that run a model over a corpus (docs/results.md, "The memory
-#: allocator"); train and compare get it from the Trainer, as do attnmt.train and notebooks
+#: commands whose process keeps freed memory in glibc (attnmt.runtime.allocator): those that run a
+#: model over a corpus (docs/results.md, "The memory allocator"); train and compare get it from the
+#: Trainer, as do attnmt.train and notebooks
 KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view"}
 
 #: library parameters whose command-line option has another name
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     show_warnings_in_one_line(args.command)
     if argv is None and args.command in KEEP_FREED_MEMORY:  # attnmt is the process
-        process_memory_bound().watch()
+        keep_freed_memory()
     previous_handlers = stop_on_signals()
     try:
         return int(args.run(args) or 0)

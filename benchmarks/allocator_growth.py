@@ -1,11 +1,8 @@
 """Does keeping freed memory make a long training grow? Two copies of a trained run are resumed side
 by side for the same minutes, one thread each (as the long Hansards runs were): one with glibc told
 to keep freed memory by the environment variables (``MALLOC_MMAP_THRESHOLD_`` and its companions:
-attnmt leaves a user's setting alone), one with attnmt's own setting, which adds a bound on the
-resident memory (``attnmt.runtime.allocator.MemoryBound``: ``malloc_trim`` above twice the
-resident memory of the first steps, at least 1 GiB more, not in the first five minutes and then at
-most once a minute). The resident memory (VmRSS) of each is
-read every ``--every`` seconds.
+attnmt leaves a user's setting alone), one with attnmt's own setting (``attnmt.runtime.allocator``).
+The resident memory (VmRSS) of each is read every ``--every`` seconds.
 
     python benchmarks/allocator_growth.py runs/hansards-rnn --minutes 14   # 14 minutes, idle machine
 
@@ -33,7 +30,7 @@ from attnmt.runtime.tables import format_table
 PROJECT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "glibc, keep freed memory (environment)": ALLOCATOR_VARIANTS["glibc, keep freed memory (environment)"],
-    "glibc, keep freed memory (attnmt, bounded)": ALLOCATOR_VARIANTS["glibc, keep freed memory (attnmt)"],
+    "glibc, keep freed memory (attnmt)": ALLOCATOR_VARIANTS["glibc, keep freed memory (attnmt)"],
 }
 
 
@@ -102,13 +99,12 @@ def main() -> int:
                 "resident_gib_max_second_half": max(late) if late else None,
                 "tokens_per_s_median": speeds[len(speeds) // 2] if speeds else None,
                 "steps": len(train) and train[-1]["step"] - train[0]["step"],
-                "trims": sum(1 for r in train if r.get("memory_trimmed")),
                 "readings": job["readings"],
             }
             record["variants"][name] = entry
             rows.append([name, f"{entry['resident_gib_max']:.2f}", f"{entry['resident_gib_last']:.2f}",
-                         f"{entry['tokens_per_s_median']:,.0f}" if speeds else "-", str(entry["trims"])])
-    print(format_table(["allocator", "max resident GiB", "last GiB", "target tokens/s", "trims"], rows))
+                         f"{entry['tokens_per_s_median']:,.0f}" if speeds else "-"])
+    print(format_table(["allocator", "max resident GiB", "last GiB", "target tokens/s"], rows))
     write_text_atomic(args.json, json.dumps(record, indent=2) + "\n")
     print(f"wrote {portable(args.json)}")
     return 0

@@ -178,8 +178,7 @@ def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = Fal
 
 def comparable(records: list[dict]) -> list[dict]:
     """Metric records without the fields that measure time and memory."""
-    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s", "val_seconds", "resident_gib",
-                                                      "memory_trimmed")}
+    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s", "val_seconds", "resident_gib")}
             for r in records]
 
 

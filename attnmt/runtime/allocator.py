@@ -1,5 +1,4 @@
-"""glibc told to keep freed memory, for every attnmt process that trains or decodes, and a bound on
-what that memory may grow to.
+"""glibc told to keep freed memory, for every attnmt process that trains or decodes.
 
 A training step allocates and frees the same large tensors at every step. glibc as it comes hands
 blocks over ``M_MMAP_THRESHOLD`` (128 KiB, rising to at most 32 MiB) back to the system at every
@@ -13,9 +12,12 @@ in: on 2 cores a third of the training time (docs/results.md, "The memory alloca
 
 which is what the environment variables ``MALLOC_MMAP_THRESHOLD_`` and its two companions set, but
 for every user and every way of calling attnmt (the command line, ``attnmt.train``, a notebook,
-``compare``). A heap that keeps everything can fragment: blocks of ever-changing sizes leave free
-holes that stay resident. ``MemoryBound`` watches the resident memory and, when it passes its bound,
-gives the free pages back with ``malloc_trim(0)`` (they fault in again when reused).
+``compare``). A heap that keeps everything fragments: on batches of ever-changing shapes its
+resident memory keeps growing (the Hansards recipe: past 8 GiB in 12 minutes), and giving the free
+pages back (``malloc_trim``) does not hold it, as the next steps touch them again within a minute
+(docs/results.md, "The memory allocator"). For long runs tcmalloc or jemalloc (``LD_PRELOAD``) train
+as fast with steady memory; attnmt then leaves the allocator alone. The trainer records the
+resident memory (``resident_gib``).
 
 Left alone: a process whose user chose an allocator (``LD_PRELOAD``, any ``MALLOC_*`` variable,
 ``glibc.malloc`` in ``GLIBC_TUNABLES``), one started with ``ATTNMT_ALLOCATOR=system``, and any
@@ -26,13 +28,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["ALLOCATOR_ENV", "AllocatorSetting", "MemoryBound", "keep_freed_memory", "process_memory_bound",
-           "resident_bytes", "trim"]
+__all__ = ["ALLOCATOR_ENV", "AllocatorSetting", "keep_freed_memory", "resident_bytes"]
 
 ALLOCATOR_ENV = "ATTNMT_ALLOCATOR"  # "system": leave the allocator as it comes
 
@@ -73,7 +72,7 @@ def _user_choice(environment: Mapping[str, str]) -> str | None:
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """The C library when it is glibc (which has mallopt and malloc_trim), else None."""
+    """The C library when it is glibc (which has mallopt), else None."""
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):
             return None
@@ -82,8 +81,6 @@ def _glibc() -> ctypes.CDLL | None:
         return None
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     libc.mallopt.restype = ctypes.c_int
-    libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    libc.malloc_trim.restype = ctypes.c_int
     return libc
 
 
@@ -113,93 +110,3 @@ def resident_bytes() -> int | None:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def trim() -> bool:
-    """Give glibc's free pages back to the system (``malloc_trim(0)``); False where there is no glibc."""
-    libc = _glibc()
-    if libc is None:
-        return False
-    libc.malloc_trim(0)
-    return True
-
-
-class MemoryBound:
-    """Bounds the resident memory of a process whose glibc keeps freed memory.
-
-    ``check()`` is called at regular points (the trainer: every ``log_every`` steps; ``watch``: a
-    thread, every few seconds). The first call sets the bound to ``factor`` × the resident memory
-    at that point, at least ``floor`` more than it. A later call that finds the process above the
-    bound gives the free pages back (``malloc_trim(0)``), never in the first ``warmup`` seconds after
-    the bound was set and then at most once every ``interval`` seconds: the heap of a training grows
-    for its first few hundred steps as it meets batches of new shapes (a five-minute run is never
-    trimmed), and the pages a trim gives back that a step still uses fault in again (about a second
-    for a few GiB), so trims are kept rare. When the memory in use is itself above the
-    bound after trimming, the bound moves to ``factor`` × that. Inactive (never trims) unless
-    ``keep_freed_memory`` kept freed memory."""
-
-    def __init__(self, active: bool, factor: float = 2.0, floor: int = 1 << 30, warmup: float = 300.0,
-                 interval: float = 60.0,
-                 read: Callable[[], int | None] = resident_bytes, release: Callable[[], bool] = trim,
-                 clock: Callable[[], float] = time.monotonic):
-        self.active = active
-        self.factor = factor
-        self.floor = floor
-        self.warmup = warmup
-        self.interval = interval
-        self.bound: int | None = None
-        self.trims = 0
-        self._read = read
-        self._release = release
-        self._clock = clock
-        self._quiet_until = 0.0  # no trim before this time of the clock
-
-    def check(self) -> bool:
-        """True when this call trimmed."""
-        if not self.active:
-            return False
-        resident = self._read()
-        if resident is None:
-            self.active = False
-            return False
-        if self.bound is None:
-            self.bound = max(int(self.factor * resident), resident + self.floor)
-            self._quiet_until = self._clock() + self.warmup
-            return False
-        if resident <= self.bound or self._clock() < self._quiet_until or not self._release():
-            return False
-        self.trims += 1
-        self._quiet_until = self._clock() + self.interval
-        after = self._read()
-        if after is not None and after > self.bound / self.factor:
-            self.bound = max(self.bound, int(self.factor * after))
-        return True
-
-    def watch(self, seconds: float = 5.0) -> threading.Thread | None:
-        """Check every ``seconds`` in a daemon thread (for commands whose loops do not call
-        ``check``); None when inactive."""
-        if not self.active:
-            return None
-        stop = threading.Event()
-
-        def run() -> None:
-            while self.active and not stop.wait(seconds):
-                self.check()
-
-        thread = threading.Thread(target=run, name="attnmt-memory-bound", daemon=True)
-        thread.start()
-        return thread
-
-
-_process_bound: MemoryBound | None = None
-
-
-def process_memory_bound() -> MemoryBound:
-    """The one bound of this process (after ``keep_freed_memory``; active when it kept freed memory).
-    One per process, not per training: a second training in the same process (a notebook,
-    ``compare``, a resumed budget) is bounded by the first reading of the process, not by its own
-    reading of a heap that the first has already grown."""
-    global _process_bound
-    if _process_bound is None:
-        _process_bound = MemoryBound(active=keep_freed_memory().kept)
-    return _process_bound

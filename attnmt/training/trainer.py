@@ -37,7 +37,7 @@ from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
-from attnmt.runtime.allocator import MemoryBound, keep_freed_memory, process_memory_bound, resident_bytes
+from attnmt.runtime.allocator import keep_freed_memory, resident_bytes
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
@@ -111,7 +111,6 @@ class Trainer:
         self._last_saved: tuple | None = None
         self._tensorboard: TensorBoardLog | None = None  # with training.tensorboard, on rank 0
         self._minutes_spent: float | None = None  # share of max_minutes at the last reading of the clock
-        self._memory_bound = MemoryBound(active=False)  # run() activates it where glibc keeps freed memory
 
     @property
     def model(self):
@@ -136,7 +135,6 @@ class Trainer:
         if self.config.training.tensorboard and self.context.is_main:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
         allocator = keep_freed_memory()
-        self._memory_bound = process_memory_bound()
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
                                             self.trust_run_code)
         self._say(allocator.describe())
@@ -383,7 +381,6 @@ class Trainer:
         if window.steps == 0:
             return
         nll = window.per_token(window.nll)
-        trimmed = self._memory_bound.check()
         resident = resident_bytes()
         record = {
             "type": "train",
@@ -401,7 +398,6 @@ class Trainer:
             "precision": self.config.training.precision,
             "tf32": parts.tf32,
             **({"resident_gib": round(resident / 2**30, 3)} if resident is not None else {}),
-            **({"memory_trimmed": True} if trimmed else {}),
         }
         self._record(record)
         parts.window = RunningStatistics()
