@@ -42,7 +42,7 @@ VARIANTS = {
     "glibc, keep freed memory (environment)": {"MALLOC_MMAP_THRESHOLD_": str(1 << 30),
                                                "MALLOC_TRIM_THRESHOLD_": str(1 << 34),
                                                "MALLOC_TOP_PAD_": str(1 << 28)},
-    "glibc, keep freed memory (attnmt)": {},  # attnmt's default: the same through mallopt, and a bound
+    "glibc, keep freed memory (attnmt)": {},  # attnmt's default: the same values, through mallopt
     "jemalloc": {"LD_PRELOAD": str(LIBRARIES / "libjemalloc.so.2")},
     # jemalloc returns freed pages to the system after 10 s by default; -1 keeps them for reuse
     "jemalloc, keep freed pages": {"LD_PRELOAD": str(LIBRARIES / "libjemalloc.so.2"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from allocator import VARIANTS as ALLOCATOR_VARIANTS
+from allocator import environment_with
 from portable import portable
 
 from attnmt.runtime.atomic_files import write_text_atomic
@@ -44,13 +44,12 @@ def resident_gib(pid: int) -> float | None:
     return None
 
 
-def trained_minutes(run: Path) -> float:
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return max(r["elapsed"] for r in records if "elapsed" in r) / 60
-
-
 def records_of(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def trained_minutes(run: Path) -> float:
+    return max(r["elapsed"] for r in records_of(run) if "elapsed" in r) / 60
 
 
 def main() -> int:
@@ -67,12 +66,10 @@ def main() -> int:
         for k, (name, environment) in enumerate(VARIANTS.items()):
             copy = Path(temporary) / f"run{k}"
             shutil.copytree(args.run, copy)
-            base = {key: value for key, value in os.environ.items()
-                    if not key.startswith("MALLOC_") and key not in ("LD_PRELOAD", "ATTNMT_ALLOCATOR")}
             command = [sys.executable, "-m", "attnmt", "train", "--out", str(copy), "--resume", "--no-progress",
                        "--max-minutes", f"{until:.3f}"]
             log = open(Path(temporary) / f"run{k}.log", "w")  # noqa: SIM115 - closed below
-            process = subprocess.Popen(command, env={**base, **environment, "OMP_NUM_THREADS": "1"},
+            process = subprocess.Popen(command, env={**environment_with(environment), "OMP_NUM_THREADS": "1"},
                                        stdout=log, stderr=subprocess.STDOUT)
             jobs[name] = {"process": process, "log": log, "run": copy, "readings": []}
         started = time.monotonic()
@@ -106,7 +103,7 @@ def main() -> int:
                          f"{entry['tokens_per_s_median']:,.0f}" if speeds else "-"])
     print(format_table(["allocator", "max resident GiB", "last GiB", "target tokens/s"], rows))
     write_text_atomic(args.json, json.dumps(record, indent=2) + "\n")
-    print(f"wrote {portable(args.json)}")
+    print(f"wrote {portable(str(args.json))}")
     return 0
 
 
