@@ -241,7 +241,7 @@ def test_an_entry_point_adds_a_name_and_cannot_shadow_a_builtin(tmp_path, monkey
     assert type(build_attention("additive", 4, 4)).__name__ == "AdditiveAttention"
 
 
-def test_specs_that_cannot_be_loaded_say_why_in_one_line(tmp_path):
+def test_specs_that_cannot_be_loaded_say_why_in_one_line(tmp_path, attnmt_cli):
     no_keywords = write(tmp_path, "positional.py", """
         from torch import nn
         class Positional(nn.Module):
@@ -256,26 +256,23 @@ def test_specs_that_cannot_be_loaded_say_why_in_one_line(tmp_path):
         f"{raising}:A": "RuntimeError: no GPU here",
         "no_such_package.module:A": "no module 'no_such_package'",
     }
-    for spec, words in cases.items():
-        done = subprocess.run([sys.executable, "-m", "attnmt", "check", spec], capture_output=True, text=True,
-                              env=ENV, timeout=120)
+    for spec, words in cases.items():  # in this process: an exception that escaped would fail the test
+        done = attnmt_cli("check", spec)
         errors = [line for line in done.stderr.splitlines() if "error" in line]
         assert done.returncode == 2, (spec, done.stderr)
         assert len(errors) == 1 and words in errors[0], (spec, done.stderr)
         assert "Traceback" not in done.stderr
 
 
-def test_check_exits_1_on_a_failure_and_writes_the_json(tmp_path):
+def test_check_exits_1_on_a_failure_and_writes_the_json(tmp_path, attnmt_cli):
     path = write(tmp_path, "broken.py", BROKEN["weights"])
     report = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, "-m", "attnmt", "check", EXAMPLE, f"{path}:Dot", "--no-speed",
-                           "--json", str(report)], capture_output=True, text=True, env=ENV, timeout=120)
+    done = attnmt_cli("check", EXAMPLE, f"{path}:Dot", "--no-speed", "--json", report)
     assert done.returncode == 1, done.stderr
     assert "FAILS" in done.stdout and "where the mask is False" in done.stdout
     written = json.loads(report.read_text())
     assert [entry["passed"] for entry in written] == [True, False]
-    again = subprocess.run([sys.executable, "-m", "attnmt", "check", EXAMPLE, "--json", str(report)],
-                           capture_output=True, text=True, env=ENV, timeout=120)
+    again = attnmt_cli("check", EXAMPLE, "--json", report)
     assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
