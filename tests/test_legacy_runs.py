@@ -61,3 +61,14 @@ def test_a_run_of_0_1_0_resumes_as_it_did(legacy_run, capsys):
     assert cli_main(["train", "--out", str(legacy_run), "--resume", "--max-steps", "20", "--no-progress"]) == 0
     records = [json.loads(line) for line in (legacy_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert comparable([r for r in records if r["type"] != "summary"]) == EXPECTED["rnn"]["resumed_records"]
+
+
+def test_evaluate_names_the_run_config_whose_data_section_is_wrong(legacy_run, capsys):
+    """The split's files come from RUN/config.yaml; a wrong value there is one line naming that file."""
+    config = legacy_run / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("max_tokens: 160", "max_tokens: -5"),
+                      encoding="utf-8")
+    assert cli_main(["evaluate", str(legacy_run), "--split", "valid", "--no-progress", "-n", "0"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(config) in error and "max_tokens" in error and "Traceback" not in error
+    assert not (legacy_run / "eval-valid.json").exists()

@@ -14,11 +14,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnmt.data import ParallelCorpus, batches_for_inference, load_split
+from attnmt.data import DataConfig, ParallelCorpus, batches_for_inference, load_split
 from attnmt.decoding.translator import Translation, Translator
 from attnmt.errors import ConfigError
 from attnmt.evaluation.scores import PerplexityResult, Scores, corpus_scores, perplexity
-from attnmt.runs.folder import beam_table_path, checkpoint_path, eval_json_path, hyps_path
+from attnmt.runs.folder import (
+    CONFIG_FILE,
+    beam_table_path,
+    checkpoint_path,
+    eval_json_path,
+    hyps_path,
+    read_saved_config,
+)
+from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.outputs import check_writable_folder
 from attnmt.runtime.tables import format_table
@@ -100,8 +108,21 @@ def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code
     if on_load is not None:
         on_load(translator)
     assert translator.run_config is not None  # loaded from a run
-    data = translator.run_config.data
+    data = _data_of_run(path.parent, translator.run_config.data)
     return path, translator, data.canonical_split(split), load_split(data, split), data.max_tokens
+
+
+def _data_of_run(run_dir: Path, stored: DataConfig) -> DataConfig:
+    """The ``data`` section of the run folder's ``config.yaml`` (relative paths from the run
+    folder): a user who moves a run with its data points it there. The checkpoint's own section
+    when the folder has no ``config.yaml``."""
+    saved = read_saved_config(run_dir)
+    if saved is None:
+        return stored
+    try:
+        return RunConfig.from_dict(saved, base_dir=run_dir).data
+    except ConfigError as error:
+        raise ConfigError(f"{run_dir / CONFIG_FILE}: {error}") from None
 
 
 @dataclass
