@@ -72,3 +72,21 @@ def test_evaluate_names_the_run_config_whose_data_section_is_wrong(legacy_run, c
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert str(config) in error and "max_tokens" in error and "Traceback" not in error
     assert not (legacy_run / "eval-valid.json").exists()
+
+
+def test_relative_data_paths_in_the_run_config_start_at_the_run_folder(legacy_run, tmp_path, monkeypatch, capsys):
+    """evaluate and train --resume read RUN/config.yaml's relative paths from the run folder, wherever
+    the command runs from: the same numbers as with absolute paths."""
+    config = legacy_run / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace(str(legacy_run.parent), ".."), encoding="utf-8")
+    assert str(legacy_run.parent) not in config.read_text(encoding="utf-8")
+    elsewhere = tmp_path / "somewhere" / "else"  # where ".." is not the data's folder
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert cli_main(["evaluate", str(legacy_run), "--split", "valid", "--beam", "1", "--no-progress", "-n", "0"]) == 0
+    report = json.loads((legacy_run / "eval-valid.json").read_text(encoding="utf-8"))
+    expected = EXPECTED["rnn"]["evaluation"]["1"]
+    assert {key: report[key] for key in expected} == pytest.approx(expected, abs=1e-9)
+    assert cli_main(["train", "--out", str(legacy_run), "--resume", "--max-steps", "20", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (legacy_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert comparable([r for r in records if r["type"] != "summary"]) == EXPECTED["rnn"]["resumed_records"]

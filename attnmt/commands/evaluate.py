@@ -5,8 +5,8 @@ signatures are printed). Writes the outputs to RUN/hyps-<split>[-beamK].txt, the
 RUN/eval-<split>[-beamK].json, and the attention of the first N sentences to
 RUN/examples/<split>-NNN.png (source words as columns, output words as rows).
 
-The split's files are those of the data section of RUN/config.yaml (after moving a run and its
-data, point them to the new place there), else those stored in the checkpoint.
+The split's files are those of the data section of RUN/config.yaml, relative paths from RUN
+(after moving a run and its data, point them there), else those stored in the checkpoint.
 
 With several beam sizes (--beam 1 5 10 20 50) it decodes the split once per beam size and prints
 a table of BLEU, chrF, average output length (words), output/reference length ratio and decoding

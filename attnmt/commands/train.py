@@ -76,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if saved is not None:
         if requested is None:
             try:
-                requested = RunConfig.from_dict(apply_overrides(saved, overrides, args.set))
+                requested = RunConfig.from_dict(apply_overrides(saved, overrides, args.set), base_dir=out)
             except ConfigError as error:
                 raise ConfigError(f"{saved_path}: {error}") from None
-        config = resolve_resume_config(saved, requested, {}) if (out / LAST).is_file() else requested
+        config = resolve_resume_config(saved, requested, {}, out) if (out / LAST).is_file() else requested
     elif requested is None:
         raise ConfigError(f"{out}: no run to resume there ({saved_path} is missing); give --config to start one")
     else:

@@ -169,14 +169,16 @@ def config_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return differences
 
 
-def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limits: dict[str, Any]) -> RunConfig:
+def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limits: dict[str, Any],
+                          run_dir: str | Path | None = None) -> RunConfig:
     """The config a resumed run continues with: the run's own, with new limits.
 
     requested: the config given again on the command line (if any); it must equal the run's,
         except for the keys in RESUMABLE_CHANGES, or ConfigError lists the differences.
     limits: overrides of max_epochs / max_steps / max_minutes (None = keep).
+    run_dir: the run folder, whose config.yaml's relative data paths start there (as ``evaluate``'s do).
     """
-    saved = RunConfig.from_dict(saved_config)
+    saved = RunConfig.from_dict(saved_config, base_dir=run_dir)
     if requested is not None:
         old, new = saved.to_dict(), requested.to_dict()
         for section in (old, new):

@@ -228,7 +228,7 @@ def _check_same_config(run_dir: Path, requested: RunConfig) -> RunConfig:
     if saved is None:
         return requested
     try:
-        return resolve_resume_config(saved, requested, {})
+        return resolve_resume_config(saved, requested, {}, run_dir)
     except ConfigMismatch as mismatch:  # in the comparison's words, not train's advice to resume
         raise ConfigError(
             f"{run_dir}: this run was made with another config than the comparison asks for now: "
