@@ -319,6 +319,18 @@ def test_learning_rate_schedule():
     with pytest.raises(ConfigError, match="cosine only with a budget to fall over: max_steps or max_minutes"):
         TrainingConfig(lr_schedule="cosine", max_minutes=None)
 
+    warmdown = LearningRateSchedule(optimizer, TrainingConfig(lr=1e-3, lr_schedule="warmdown", warmup_steps=10,
+                                                              warmdown_share=0.25, min_lr=1e-4, max_minutes=5))
+    assert warmdown.lr(5, spent=0.0) == pytest.approx(5e-4)  # warming up
+    # the full lr for the first three quarters of the budget, then a straight line down to min_lr
+    assert [warmdown.lr(100, spent) for spent in (0.0, 0.5, 0.75, 0.875, 1.0, 1.7)] == \
+        pytest.approx([1e-3, 1e-3, 1e-3, 5.5e-4, 1e-4, 1e-4])
+    with pytest.raises(ConfigError, match="warmdown only with a budget"):
+        TrainingConfig(lr_schedule="warmdown", max_minutes=None)
+    for share in (0, 1.5):
+        with pytest.raises(ConfigError, match="training.warmdown_share"):
+            TrainingConfig(lr_schedule="warmdown", max_steps=10, warmdown_share=share)
+
 
 def test_a_cosine_schedule_over_max_steps_falls_to_min_lr_at_the_last_step(tmp_path):
     config = tiny_run_config(tmp_path, max_epochs=10, max_steps=20, log_every=1, examples=0, lr_schedule="cosine",

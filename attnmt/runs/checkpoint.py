@@ -52,6 +52,7 @@ TRAINING_KEYS = ("optimizer", "scheduler", "rng", "progress", "history")
 OPTIONAL_KEYS = (
     "scaler",  # fp16 training's GradScaler state
     "attention_code",  # a user mechanism's CodeRecord (attnmt.attention.user): spec, file, SHA-256, text
+    "weight_average",  # training.ema_decay: the weights being trained (``model`` holds their average)
 )
 
 

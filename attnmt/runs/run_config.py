@@ -58,7 +58,7 @@ __all__ = ["MAX_LEN_A", "MAX_LEN_B", "RunConfig", "SearchConfig", "TrainingConfi
            "yaml_load"]
 
 SECTIONS = ("data", "model", "training", "search")
-LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine")
+LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine", "warmdown")
 
 
 #: what each value of the ``training:`` section must be, checked in this order (``TrainingConfig.validate``)
@@ -75,7 +75,9 @@ TRAINING_RULES = {
     "clip_norm": optional(number(above=0)),
     "lr_schedule": one_of(LR_SCHEDULES),
     "warmup_steps": integer(0),
+    "warmdown_share": number(above=0, at_most=1),
     "label_smoothing": number(at_least=0, below=1),
+    "ema_decay": optional(number(above=0, below=1)),
     "lr_decay": number(above=0, at_most=1),
     "lr_patience": integer(0),
     "min_lr": number(at_least=0),
@@ -108,9 +110,14 @@ class TrainingConfig:
                              "inverse_sqrt": lr · min(step / warmup_steps, sqrt(warmup_steps / step))
                              (Vaswani et al. 2017; needs warmup_steps >= 1); "cosine": warm-up,
                              then from lr down to min_lr over the budget (max_steps and/or
-                             max_minutes; attnmt.training.schedule)
+                             max_minutes; attnmt.training.schedule); "warmdown": warm-up, then lr,
+                             then a linear fall to min_lr over the last warmdown_share of the budget
     warmup_steps             steps of warm-up (0 = none)
+    warmdown_share           the share of the budget over which "warmdown" lets the lr fall
     label_smoothing          ε of the training loss; perplexity is always computed without it
+    ema_decay                keep an exponential moving average of the weights with this decay
+                             (e.g. 0.998; attnmt.training.averaging): validation, best.pt and every
+                             command that reads the run use the average (null = none)
     lr_decay                 decay on plateau (as ReduceLROnPlateau): the lr is multiplied by lr_decay
                              when the validation loss did not improve for more than lr_patience
                              epoch-end evaluations (1.0 = never decay); on top of lr_schedule
@@ -160,7 +167,9 @@ class TrainingConfig:
     clip_norm: float | None = 1.0
     lr_schedule: str = "constant"
     warmup_steps: int = 0
+    warmdown_share: float = 0.2
     label_smoothing: float = 0.1
+    ema_decay: float | None = None
     lr_decay: float = 0.5
     lr_patience: int = 0
     min_lr: float = 1e-5
@@ -190,15 +199,15 @@ class TrainingConfig:
         if self.lr_schedule == "inverse_sqrt" and self.warmup_steps < 1:
             raise ConfigError(f"training.warmup_steps: must be an integer >= 1 with lr_schedule: inverse_sqrt, "
                               f"got {self.warmup_steps!r}")
-        if self.lr_schedule == "cosine" and self.max_steps is None and self.max_minutes is None:
-            raise ConfigError("training.lr_schedule: must be cosine only with a budget to fall over: max_steps or "
-                              "max_minutes, got 'cosine'")
+        if self.lr_schedule in ("cosine", "warmdown") and self.max_steps is None and self.max_minutes is None:
+            raise ConfigError(f"training.lr_schedule: must be {self.lr_schedule} only with a budget to fall over: "
+                              f"max_steps or max_minutes, got {self.lr_schedule!r}")
         check_device_name(self.device, "training.device")
         check_precision(self.precision, "training.precision")
         # Integers are fine where floats are meant (YAML reads "1" as an int).
-        for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight"):
+        for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight", "warmdown_share"):
             setattr(self, key, float(getattr(self, key)))
-        for key in ("max_minutes", "clip_norm"):
+        for key in ("max_minutes", "clip_norm", "ema_decay"):
             if getattr(self, key) is not None:
                 setattr(self, key, float(getattr(self, key)))
 

@@ -7,6 +7,7 @@ Read in this order:
     step.py          one step's forward and backward pass (the loss: attnmt.models.losses)
     schedule.py      the plateau tracker, and the learning rate it decays
     statistics.py    the position of a run and its running sums
+    averaging.py     a moving average of the weights (training.ema_decay)
     randomness.py    seeding, and random states saved with a checkpoint
     distributed.py   torchrun: ranks and collectives
     tensorboard.py   metrics as TensorBoard event files (training.tensorboard)
@@ -15,6 +16,7 @@ and on top of one run, ``comparison.py``: mechanisms compared over seeds (``attn
 each run trained and evaluated, and summarised.
 """
 
+from attnmt.training.averaging import WeightAverage
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.comparison import Comparison, compare_mechanisms
 from attnmt.training.distributed import (
@@ -30,5 +32,5 @@ __all__ = [
     "Comparison", "compare_mechanisms", "DistributedContext", "GuideBatch", "LearningRateSchedule", "PlateauTracker",
     "StepStats", "TrainResult",
     "Trainer", "TrainingParts", "backward_on_batch", "build_training", "init_distributed", "train",
-    "training_threads",
+    "training_threads", "WeightAverage",
 ]

@@ -26,7 +26,7 @@ from attnmt.data import (
     train_tokenizers,
 )
 from attnmt.data.link_files import AlignmentGuide, check_links_file
-from attnmt.errors import ConfigError
+from attnmt.errors import CheckpointError, ConfigError
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
@@ -35,6 +35,7 @@ from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
 from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
 from attnmt.runtime.precision import grad_scaler
+from attnmt.training.averaging import WeightAverage
 from attnmt.training.distributed import DistributedContext, training_threads
 from attnmt.training.randomness import restore_rng_state, seed_everything
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
@@ -65,6 +66,7 @@ class TrainingParts:
     guide: AlignmentGuide | None = None
     guide_position: tuple[int, int | None] | None = None  # 0-based (layer, head) the guide pulls
     attention_code: CodeRecord | None = None  # a user mechanism's code, kept in every checkpoint
+    average: WeightAverage | None = None  # training.ema_decay: the average the run is validated with
     progress: Progress = field(default_factory=Progress)
     plateau: PlateauTracker = field(default_factory=PlateauTracker)
     window: RunningStatistics = field(default_factory=RunningStatistics)
@@ -139,6 +141,7 @@ def build_training(
         guide=guide, attention_code=attention_code,
         guide_position=_guide_position(config, model) if guide is not None else None,
         progress=Progress(world_size=context.world_size),
+        average=WeightAverage(model, training.ema_decay) if training.ema_decay is not None else None,
     )
     if context.rank > 0:
         seed_everything(training.seed + 7919 * context.rank)  # other dropout masks on other ranks
@@ -230,6 +233,11 @@ def _restore(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None])
     """Continue from ``last.pt``: weights, optimizer, schedule, position, sums, history, random states."""
     context, path = parts.context, parts.run_dir / LAST
     load_model_state(parts.model, checkpoint, path)
+    if parts.average is not None:  # the model now holds the average; the trained weights come back
+        if "weight_average" not in checkpoint:
+            raise CheckpointError(f"{path}: training.ema_decay is set, but the checkpoint holds no weight_average "
+                                  f"(saved by another config)")
+        parts.average.restore(checkpoint["weight_average"], str(path))
     parts.optimizer.load_state_dict(checkpoint["optimizer"])
     parts.schedule.load_state_dict(checkpoint["scheduler"])
     if parts.scaler.is_enabled() and checkpoint.get("scaler"):

@@ -63,12 +63,16 @@ class LearningRateSchedule:
         schedule(step) = min(1, step / warmup_steps)                          "constant" (1 without warm-up)
                        = min(step / warmup_steps, sqrt(warmup_steps / step))  "inverse_sqrt"
                        = min(1, step / warmup_steps) · (m + (1 − m) · (1 + cos(π f)) / 2)   "cosine"
+                       = min(1, step / warmup_steps) · (m + (1 − m) · min(1, (1 − f) / w))  "warmdown"
 
-    For "cosine", f in [0, 1] is the share of the training budget spent: the larger of
+    For "cosine" and "warmdown", f in [0, 1] is the share of the training budget spent: the larger of
     step / max_steps and (training minutes) / max_minutes, whichever limits are set, so the lr
     falls from lr to min_lr (m = min_lr / lr) by the end of the budget (a one-cycle with its
-    warm-up). With a time budget f follows the clock, read every ``log_every`` steps (rank 0's
-    clock under torchrun), so two such runs differ slightly, as they already stop at different steps.
+    warm-up). "warmdown" holds the lr and lets it fall linearly to min_lr over the last share w
+    (``warmdown_share``) of the budget only (warm-up, stable, decay: Hu et al. 2024): a short budget
+    spends most of its steps at the full lr. With a time budget f follows the clock (rank 0's
+    clock under torchrun, read every ``log_every`` steps), so two such runs differ slightly, as they
+    already stop at different steps.
 
     ``plateau_scale`` starts at 1 and is multiplied by ``lr_decay`` after every ``lr_patience + 1``
     epoch-end validations without improvement (``on_plateau``); lr · plateau_scale never goes
@@ -84,6 +88,7 @@ class LearningRateSchedule:
         self.decay = training.lr_decay
         self.patience = training.lr_patience
         self.min_lr = training.min_lr
+        self.warmdown_share = training.warmdown_share
         self.plateau_scale = 1.0
 
     def factor(self, step: int, spent: float = 0.0) -> float:
@@ -94,6 +99,10 @@ class LearningRateSchedule:
         if self.schedule == "cosine":
             floor = min(1.0, self.min_lr / self.base_lr)
             return warm * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(max(spent, 0.0), 1.0))))
+        if self.schedule == "warmdown":
+            floor = min(1.0, self.min_lr / self.base_lr)
+            left = 1.0 - min(max(spent, 0.0), 1.0)
+            return warm * (floor + (1.0 - floor) * min(1.0, left / self.warmdown_share))
         return warm
 
     def lr(self, step: int, spent: float = 0.0) -> float:
@@ -101,7 +110,7 @@ class LearningRateSchedule:
 
     def set_step(self, step: int, spent: float = 0.0) -> float:
         """Set the optimizer's lr for optimizer step ``step`` (1-based), ``spent`` the share of the
-        budget used (for "cosine"), and return it."""
+        budget used (for "cosine" and "warmdown"), and return it."""
         lr = self.lr(step, spent)
         for group in self.optimizer.param_groups:
             group["lr"] = lr

@@ -4,7 +4,7 @@
 
     until a limit or early stopping:
         for each batch of the epoch (this rank's share):
-            lr ← schedule(step);  backward on the batch;  clip;  Adam step
+            lr ← schedule(step);  backward on the batch;  clip;  Adam step;  [weight average]
             every log_every steps: a "train" record;  every checkpoint_every steps: last.pt
         every eval_every epochs: validate (perplexity, greedy BLEU, heatmaps);
             the plateau tracker decides best.pt, lr decay and early stopping
@@ -23,7 +23,7 @@ import logging
 import math
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,6 +234,8 @@ class Trainer:
         )
         parts.scaler.step(parts.optimizer)  # optimizer.step(), which fp16 skips when a gradient overflowed
         parts.scaler.update()
+        if parts.average is not None:
+            parts.average.update()
         sums = context.all_reduce_tensor(torch.stack([
             stats.loss_sum.double(), stats.nll_sum.double(),
             torch.as_tensor(stats.guide_sum, dtype=torch.float64, device=parts.device),
@@ -266,7 +268,7 @@ class Trainer:
             return None
         if context.distributed and self._minutes_spent is not None and progress.step % training.log_every != 0:
             return None
-        # Rank 0's clock: whether it is late, and the share of the time budget spent (the cosine lr).
+        # Rank 0's clock: whether it is late, and the share of the time budget spent (cosine, warmdown).
         spent = progress.elapsed_seconds / (60 * training.max_minutes) if context.is_main else 0.0
         if context.distributed:
             spent = context.all_reduce_sum([spent])[0]
@@ -274,8 +276,8 @@ class Trainer:
         return f"max_minutes={training.max_minutes:g} reached" if spent >= 1.0 else None
 
     def _budget_spent(self) -> float:
-        """The share of the training budget used so far (``lr_schedule: cosine``): the larger of
-        step / max_steps and the share of max_minutes at the last reading of the clock."""
+        """The share of the training budget used so far (``lr_schedule: cosine`` or ``warmdown``): the
+        larger of step / max_steps and the share of max_minutes at the last reading of the clock."""
         training, progress = self.config.training, self._parts.progress
         spent = progress.step / training.max_steps if training.max_steps is not None else 0.0
         return max(spent, self._minutes_spent or 0.0)
@@ -287,6 +289,15 @@ class Trainer:
 
     def _validate_and_decide(self, at_epoch_end: bool) -> None:
         """Validate; the plateau tracker decides best.pt and, at epoch ends, lr decay and early stopping."""
+        with self._validated_weights():
+            self._validate_and_decide_with(at_epoch_end)
+
+    def _validated_weights(self) -> AbstractContextManager[None]:
+        """The weights validation and best.pt use: the average (training.ema_decay), else the model's own."""
+        average = self._parts.average
+        return average.applied() if average is not None else nullcontext()
+
+    def _validate_and_decide_with(self, at_epoch_end: bool) -> None:
         parts, progress = self._parts, self._parts.progress
         started = time.perf_counter()
         epoch_label = progress.epoch if at_epoch_end else progress.epoch + 1
@@ -411,12 +422,17 @@ class Trainer:
         extra: dict[str, Any] = {"progress": progress, "history": list(parts.history)}
         if parts.attention_code is not None:
             extra["attention_code"] = parts.attention_code.to_dict()
+        model_state = parts.model.state_dict()
         if with_training_state:
             extra.update(optimizer=parts.optimizer.state_dict(), scheduler=parts.schedule.state_dict(), rng=rng_states)
             if parts.scaler.is_enabled():
                 extra["scaler"] = parts.scaler.state_dict()
+            if parts.average is not None:  # readers get the average; --resume takes the trained weights back
+                extra["weight_average"] = parts.average.training_state()
+                with parts.average.applied():
+                    model_state = {name: value.clone() for name, value in parts.model.state_dict().items()}
         return make_checkpoint(
-            config=self.config.to_dict(), model_state=parts.model.state_dict(),
+            config=self.config.to_dict(), model_state=model_state,
             tokenizers=parts.tokenizers.state_dict(),
             **extra,
         )
