@@ -6,7 +6,9 @@ five minutes and a quarter of an hour of training give, as mean ± standard devi
 
 Each seed is one run, trained to 5 minutes and scored (test_2016_flickr, greedy and beam 5, with
 `benchmarks/recipe.py`), then resumed to 15 minutes and scored again; the JSON of each in
-benchmarks/results/fast/. Run it on an otherwise idle machine:
+benchmarks/results/fast/. A recipe whose learning rate follows the budget (``lr_schedule:
+warmdown`` or ``cosine``) trains one run per seed and budget instead, as a user who asks for that
+budget gets. Run it on an otherwise idle machine:
 the budgets are wall-clock minutes. Prints a table and writes
 benchmarks/results/multi30k_rnn_fast.json.
 """
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 import recipe
+import yaml
 from portable import portable
 
 from attnmt.cli import main as attnmt_cli
@@ -38,21 +41,26 @@ def spread(values: list[float]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=CONFIG, help="the recipe (default: %(default)s)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--minutes", type=float, nargs="+", default=[5, 15])
     parser.add_argument("--runs", type=Path, default=PROJECT / "runs" / "fast", help="where the runs go")
     parser.add_argument("--json", type=Path, default=RESULTS / "multi30k_rnn_fast.json")
     parser.add_argument("--scores", type=Path, default=RESULTS / "fast", help="where each run's JSON goes")
     args = parser.parse_args()
-    rows, record = [], {"config": str(CONFIG.relative_to(PROJECT)), "budgets": []}
+    config = args.config.resolve()
+    schedule = (yaml.safe_load(config.read_text(encoding="utf-8")).get("training") or {}).get("lr_schedule")
+    follows_budget = schedule in ("warmdown", "cosine")
+    rows, record = [], {"config": portable(str(config)), "budgets": []}
     scored: dict[float, list[dict]] = {minutes: [] for minutes in sorted(args.minutes)}
     for seed in args.seeds:
-        # One run per seed: trained to the first budget and scored, then resumed (exactly, as if
-        # never stopped: the recipe's schedule does not depend on the budget) to the next.
-        run = args.runs / f"seed{seed}"
         for number, minutes in enumerate(sorted(args.minutes)):
+            if follows_budget:  # a run per budget: its lr falls by the end of that budget
+                run, resume = args.runs / f"seed{seed}-{minutes:g}min", False
+            else:  # one run per seed, resumed (exactly, as if never stopped) from one budget to the next
+                run, resume = args.runs / f"seed{seed}", number > 0
             command = ["train", "--out", str(run), "--no-progress", "--max-minutes", f"{minutes:g}"]
-            command += ["--resume"] if number else ["--config", str(CONFIG), "--seed", str(seed)]
+            command += ["--resume"] if resume else ["--config", str(config), "--seed", str(seed)]
             code = attnmt_cli(command)
             if code:
                 return code
@@ -74,6 +82,7 @@ def main() -> int:
             "minutes_to_best": [t["minutes_to_best"] for t in training],
             "target_tokens_to_best": [t["target_tokens_to_best"] for t in training],
             "runs": [portable(str(args.scores / f"{minutes:g}min-seed{seed}.json")) for seed in args.seeds],
+            "one_run_per_budget": follows_budget,
         }
         record["budgets"].append(budget)
         rows.append([f"{minutes:g}", len(args.seeds), f"{bleu[5]['mean']:.2f} ± {bleu[5]['std']:.2f}",

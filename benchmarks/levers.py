@@ -5,7 +5,9 @@ or two settings, read from their run folders (no training here).
 
 For each run: parameters, steps, training target tokens, median target tokens/s, and at its best
 checkpoint the validation perplexity and validation BLEU (greedy, on ``bleu_max_sentences``
-sentences), with the minutes and tokens it took. Prints a table; writes the JSON.
+sentences), with the minutes and tokens it took; and, when the run has been scored on the whole
+validation set with ``attnmt evaluate RUN --split valid --beam 5``, that BLEU too. Prints a
+table; writes the JSON.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def summarize(run: Path) -> dict:
     summary = [r for r in records if r["type"] == "summary"][-1]
     train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
     config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    scored = run / "eval-val-beam5.json"
+    valid_beam5 = json.loads(scored.read_text(encoding="utf-8")) if scored.is_file() else None
     return {
         "model": {key: config["model"].get(key) for key in ("embed_dim", "hidden_dim", "dropout")},
         "vocab_size": config["data"]["vocab_size"], "max_tokens": config["data"]["max_tokens"],
@@ -36,6 +40,9 @@ def summarize(run: Path) -> dict:
         "target_tokens": summary.get("target_tokens"), "tokens_per_s_median": round(train[len(train) // 2]),
         "best_val_ppl": round(summary["best_val_ppl"], 2), "best_val_bleu": round(summary["best_val_bleu"], 2),
         "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") else None,
+        "warmdown_share": config["training"].get("warmdown_share"),
+        "ema_decay": config["training"].get("ema_decay"),
+        "valid_bleu_beam5": round(valid_beam5["bleu"], 2) if valid_beam5 else None,
     }
 
 
@@ -52,8 +59,10 @@ def main() -> int:
         result = {"name": name, "what": what, **summarize(Path(path))}
         results.append(result)
         rows.append([name, what, result["steps"], f"{result['target_tokens'] / 1e6:.2f}M",
-                     result["tokens_per_s_median"], result["best_val_ppl"], result["best_val_bleu"]])
-    print(format_table(["run", "what changed", "steps", "target tokens", "tokens/s", "val ppl", "val BLEU"], rows))
+                     result["tokens_per_s_median"], result["best_val_ppl"], result["best_val_bleu"],
+                     "–" if result["valid_bleu_beam5"] is None else result["valid_bleu_beam5"]])
+    print(format_table(["run", "what changed", "steps", "target tokens", "tokens/s", "val ppl", "val BLEU",
+                        "val BLEU, all, beam 5"], rows))
     write_text_atomic(args.json, json.dumps(portable({"note": args.note, "runs": results}), indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
