@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 from portable import portable
 
+from attnmt.runs.folder import eval_json_path
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -29,7 +30,7 @@ def summarize(run: Path) -> dict:
     summary = [r for r in records if r["type"] == "summary"][-1]
     train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
     config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
-    scored = run / "eval-val-beam5.json"
+    scored = eval_json_path(run, "val", beam=5)  # what `attnmt evaluate RUN --split valid --beam 5` wrote
     valid_beam5 = json.loads(scored.read_text(encoding="utf-8")) if scored.is_file() else None
     return {
         "model": {key: config["model"].get(key) for key in ("embed_dim", "hidden_dim", "dropout")},
@@ -40,7 +41,8 @@ def summarize(run: Path) -> dict:
         "target_tokens": summary.get("target_tokens"), "tokens_per_s_median": round(train[len(train) // 2]),
         "best_val_ppl": round(summary["best_val_ppl"], 2), "best_val_bleu": round(summary["best_val_bleu"], 2),
         "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") else None,
-        "warmdown_share": config["training"].get("warmdown_share"),
+        "warmdown_share": (config["training"].get("warmdown_share")
+                           if config["training"].get("lr_schedule") == "warmdown" else None),
         "ema_decay": config["training"].get("ema_decay"),
         "valid_bleu_beam5": round(valid_beam5["bleu"], 2) if valid_beam5 else None,
     }

@@ -69,9 +69,8 @@ def test_ema_decay_must_lie_between_0_and_1(value):
 
 @pytest.mark.slow
 def test_a_run_validates_and_saves_the_average_and_resumes_exactly(tmp_path):
-    config = tiny_run_config(tmp_path, train_pairs=120, max_epochs=4, ema_decay=0.9, bleu_max_sentences=0,
+    config = tiny_run_config(tmp_path, train_pairs=120, max_epochs=2, ema_decay=0.9, bleu_max_sentences=0,
                              examples=0, checkpoint_every=1000)
-    config["training"]["max_epochs"] = 2
     run_trainer(tmp_path, config, out="resumed")
     config["training"]["max_epochs"] = 4
     resumed = run_trainer(tmp_path, config, out="resumed", resume=True)
