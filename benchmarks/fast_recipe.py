@@ -22,10 +22,11 @@ import sys
 from pathlib import Path
 
 import recipe
-import yaml
 from portable import portable
 
 from attnmt.cli import main as attnmt_cli
+from attnmt.errors import ConfigError
+from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -49,8 +50,11 @@ def main() -> int:
     parser.add_argument("--scores", type=Path, default=RESULTS / "fast", help="where each run's JSON goes")
     args = parser.parse_args()
     config = args.config.resolve()
-    schedule = (yaml.safe_load(config.read_text(encoding="utf-8")).get("training") or {}).get("lr_schedule")
-    follows_budget = schedule in ("warmdown", "cosine")
+    try:
+        follows_budget = load_config(config).training.lr_schedule in ("warmdown", "cosine")
+    except ConfigError as error:
+        print(f"fast_recipe.py: {error}", file=sys.stderr)
+        return 2
     rows, record = [], {"config": portable(str(config)), "budgets": []}
     scored: dict[float, list[dict]] = {minutes: [] for minutes in sorted(args.minutes)}
     for seed in args.seeds:

@@ -96,14 +96,15 @@ class LearningRateSchedule:
         if self.schedule == "inverse_sqrt":
             return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
         warm = min(1.0, step / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        if self.schedule not in ("cosine", "warmdown"):
+            return warm
+        floor = min(1.0, self.min_lr / self.base_lr)
+        spent = min(max(spent, 0.0), 1.0)
         if self.schedule == "cosine":
-            floor = min(1.0, self.min_lr / self.base_lr)
-            return warm * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(max(spent, 0.0), 1.0))))
-        if self.schedule == "warmdown":
-            floor = min(1.0, self.min_lr / self.base_lr)
-            left = 1.0 - min(max(spent, 0.0), 1.0)
-            return warm * (floor + (1.0 - floor) * min(1.0, left / self.warmdown_share))
-        return warm
+            fall = 0.5 * (1.0 + math.cos(math.pi * spent))
+        else:  # warmdown: flat, then linear over the last warmdown_share of the budget
+            fall = min(1.0, (1.0 - spent) / self.warmdown_share)
+        return warm * (floor + (1.0 - floor) * fall)
 
     def lr(self, step: int, spent: float = 0.0) -> float:
         return self.base_lr * self.factor(step, spent) * self.plateau_scale
