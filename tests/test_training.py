@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from attnmt.cli import main as cli_main
+from attnmt.data import make_batches
 from attnmt.errors import CheckpointError, ConfigError, DataError
+from attnmt.models import build_model
 from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.runs.folder import config_differences
 from attnmt.runs.run_config import RunConfig, TrainingConfig, load_config
@@ -450,3 +452,28 @@ def test_the_summary_says_minutes_and_target_tokens_to_the_best_checkpoint(tmp_p
     minutes, millions = summary["best_elapsed"] / 60, summary["best_target_tokens"] / 1e6
     assert f"after {minutes:.1f} min and {millions:.2f}M target tokens" \
         in line
+
+
+@pytest.mark.parametrize("model_config", [
+    {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.0, "attention": "additive"},
+    {"type": "transformer", "d_model": 32, "num_heads": 4, "ffn_dim": 64, "encoder_layers": 1,
+     "decoder_layers": 1, "dropout": 0.0, "attention_dropout": 0.0},
+], ids=["rnn", "transformer"])
+def test_a_float64_model_keeps_float64_through_the_loss(model_config):
+    """A float64 model is a reference (CPU against CUDA, fast paths against slow ones), so its loss
+    must not pass through float32. It did: the step cast the logits to float32, and on a real GPU
+    the CPU and CUDA losses then differed at 1e-7 instead of 1e-12."""
+    generator = torch.Generator().manual_seed(0)
+    src = [torch.randint(4, 40, (n,), generator=generator).tolist() for n in (5, 3, 7, 1)]
+    tgt = [torch.randint(4, 40, (n,), generator=generator).tolist() for n in (4, 6, 2, 3)]
+    [batch] = make_batches(src, tgt, max_tokens=1000, shuffle=False)
+    torch.manual_seed(0)
+    model = build_model(dict(model_config), 40, 40).double()
+    stats = backward_on_batch(model, batch, 0.1, batch.num_tgt_tokens)
+    assert stats.loss_sum.dtype == torch.float64 and all(p.grad.dtype == torch.float64 for p in model.parameters())
+    with torch.no_grad():
+        logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, tgt_mask=batch.tgt_mask)  # [N, V] float64
+    log_probs = torch.log_softmax(logits, dim=-1)
+    nll = -log_probs.gather(1, batch.tgt_out[batch.tgt_mask].unsqueeze(1)).squeeze(1)
+    expected = (0.9 * nll - 0.1 * log_probs.mean(dim=-1)).sum()
+    assert float(stats.loss_sum) == pytest.approx(float(expected), rel=1e-13)

@@ -27,12 +27,15 @@ def check_target_mask(tgt_mask, tgt_in):
     return tgt_mask
 
 
+def at_least_float32(tensor):
+    """``tensor`` in float32 when it is in a 16-bit type (autocast's products), else unchanged: a
+    float64 model's numbers stay float64, so it can serve as a reference."""
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
+
+
 def log_probabilities(logits):
-    """log_softmax over the last axis, in float32 when the products ran in a 16-bit type (autocast),
-    else in the logits' own precision (float64 models stay float64)."""
-    if logits.dtype in (torch.bfloat16, torch.float16):
-        logits = logits.float()
-    return torch.log_softmax(logits, dim=-1)
+    """log_softmax over the last axis, in at least float32 (:func:`at_least_float32`)."""
+    return torch.log_softmax(at_least_float32(logits), dim=-1)
 
 
 def count_parameters(model, trainable_only: bool = True) -> int:

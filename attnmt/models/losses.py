@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnmt.models.common import at_least_float32
+
 __all__ = ["guided_alignment_loss", "select_attention", "token_losses"]
 
 
@@ -40,7 +42,7 @@ def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
         )
     selected = logits if selected_already else logits[mask]  # [N, V]
     gold = targets[mask]  # [N]
-    log_probs = F.log_softmax(selected.float(), dim=-1)
+    log_probs = F.log_softmax(at_least_float32(selected), dim=-1)  # float64 stays float64
     nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [N]
     if label_smoothing > 0.0:
         smooth = -log_probs.mean(dim=-1)  # cross-entropy against the uniform distribution
@@ -60,9 +62,9 @@ def select_attention(weights, layer: int, head: int | None):
 
 
 def guided_alignment_loss(attention, target):
-    """Σ −A · log a over every entry (a float32 sum); entries where A is 0 cost nothing.
+    """Σ −A · log a over every entry (a sum in at least float32); entries where A is 0 cost nothing.
 
     attention, target: [B, T, S]; ``a`` is clamped at 1e-9 so a zero weight under a link costs
     20.7 nats instead of infinity.
     """
-    return -(target * attention.float().clamp_min(1e-9).log()).sum()
+    return -(target * at_least_float32(attention).clamp_min(1e-9).log()).sum()

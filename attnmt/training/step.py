@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnmt.models.common import at_least_float32
 from attnmt.models.losses import guided_alignment_loss, select_attention, token_losses
 from attnmt.runtime.precision import autocast
 
@@ -53,7 +54,8 @@ def backward_on_batch(
     guide term).
 
     ``precision`` "bf16" or "fp16" runs the forward pass under autocast on the batch's device; the
-    loss is computed from float32 logits and the gradients arrive in the float32 parameters. With
+    loss is computed from logits in at least float32 (a float64 model's stay float64) and the gradients
+    arrive in the parameters' own precision. With
     ``scaler`` (fp16) the loss is scaled before the backward pass; unscale before clipping.
     """
     if global_tokens <= 0:
@@ -61,7 +63,7 @@ def backward_on_batch(
     with autocast(precision, batch.src.device.type):
         logits, attention = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads" if guide else False,
                                   tgt_mask=batch.tgt_mask)  # logits of the real tokens only: [N, V]
-    loss_sum, nll_sum, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, label_smoothing)
+    loss_sum, nll_sum, count = token_losses(at_least_float32(logits), batch.tgt_out, batch.tgt_mask, label_smoothing)
     total = loss_sum
     guide_sum = 0.0
     if guide is not None:
