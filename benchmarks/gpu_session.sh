@@ -29,10 +29,10 @@ want() { [[ "$STAGES" == *" $1 "* ]]; }
 
 if [ "${SMOKE:-0}" = 1 ]; then  # the same steps on a CPU in seconds: a check of this script
     device=(--device cpu); speed=(--configs configs/tiny.yaml --precisions fp32 bf16 --steps 2 --split-steps 1)
-    train=(--set training.device=cpu --set training.max_minutes=0.05 --set training.max_epochs=1)
-    decode=(--batch-sizes 500 --repeats 1)
+    train=(--set training.device=cpu --set training.max_minutes=0.05 --set training.max_epochs=1 --split valid)
+    decode=(--batch-sizes 500 --repeats 1 --split valid)  # a smoke test never looks at the test set
 else
-    device=(); speed=(--steps 120 --split-steps 10); train=(); decode=(--batch-sizes 64 1000 --repeats 3)
+    device=(); speed=(--steps 120 --split-steps 10); train=(--split test_2016_flickr); decode=(--batch-sizes 64 1000 --repeats 3)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
 fi
 stage "install"
