@@ -46,6 +46,7 @@ from attnmt.data.data_config import load_split
 from attnmt.decoding.translator import Translator
 from attnmt.evaluation.scores import likelihood_sums
 from attnmt.models import build_model
+from attnmt.models.common import at_least_float32
 from attnmt.models.losses import token_losses
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
@@ -105,7 +106,8 @@ class StepRunner:
         training = self.config.training
         with autocast(self.precision, self.device.type):
             logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in, tgt_mask=batch.tgt_mask)
-        loss_sum, _, count = token_losses(logits.float(), batch.tgt_out, batch.tgt_mask, training.label_smoothing)
+        loss_sum, _, count = token_losses(at_least_float32(logits), batch.tgt_out, batch.tgt_mask,
+                                          training.label_smoothing)
         return loss_sum / count
 
     def backward(self, loss) -> None:

@@ -54,9 +54,9 @@ def backward_on_batch(
     guide term).
 
     ``precision`` "bf16" or "fp16" runs the forward pass under autocast on the batch's device; the
-    loss is computed from logits in at least float32 (a float64 model's stay float64) and the gradients
-    arrive in the parameters' own precision. With
-    ``scaler`` (fp16) the loss is scaled before the backward pass; unscale before clipping.
+    loss is computed from logits in at least float32 (a float64 model's stay float64) and the
+    gradients arrive in the parameters' own precision. With ``scaler`` (fp16) the loss is scaled
+    before the backward pass; unscale before clipping.
     """
     if global_tokens <= 0:
         raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
