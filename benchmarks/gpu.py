@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from portable import portable
@@ -44,6 +45,7 @@ from torch.profiler import ProfilerActivity, profile
 from attnmt.data import batch_indices, collate
 from attnmt.data.data_config import load_split
 from attnmt.decoding.translator import Translator
+from attnmt.evaluation.evaluate import data_of_run
 from attnmt.evaluation.scores import likelihood_sums
 from attnmt.models import build_model
 from attnmt.models.common import at_least_float32
@@ -137,12 +139,13 @@ def target_tokens(parts, indices) -> int:
     return sum(len(parts.train_tgt[k]) + 1 for k in indices)  # + EOS, as the trainer counts
 
 
-def timed(work: Callable[[], object], device: torch.device) -> tuple[object, float]:
+def timed(work: Callable[[], Any], device: torch.device, before: float = 0.0) -> tuple[Any, float]:
+    """(what ``work()`` returns, ``before`` + its seconds, the device's queue drained at both ends)."""
     synchronize(device)
     started = time.perf_counter()
     result = work()
     synchronize(device)
-    return result, time.perf_counter() - started
+    return result, before + time.perf_counter() - started
 
 
 def measure_precision(config, parts, precision: str, device: torch.device, steps: int, split_steps: int) -> dict:
@@ -164,10 +167,10 @@ def measure_precision(config, parts, precision: str, device: torch.device, steps
 
     spent = dict.fromkeys(PARTS, 0.0)
     for indices in again[:split_steps]:
-        batch, spent["data"] = _add(spent["data"], *timed(lambda i=indices: runner.batch(i), device))
-        loss, spent["forward"] = _add(spent["forward"], *timed(lambda b=batch: runner.forward(b), device))
-        _, spent["backward"] = _add(spent["backward"], *timed(lambda v=loss: runner.backward(v), device))
-        _, spent["optimiser"] = _add(spent["optimiser"], *timed(runner.optimise, device))
+        batch, spent["data"] = timed(functools.partial(runner.batch, indices), device, spent["data"])
+        loss, spent["forward"] = timed(functools.partial(runner.forward, batch), device, spent["forward"])
+        _, spent["backward"] = timed(functools.partial(runner.backward, loss), device, spent["backward"])
+        _, spent["optimiser"] = timed(runner.optimise, device, spent["optimiser"])
     split_total = sum(spent.values())
     memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     top = sorted(profiler.key_averages(), key=lambda event: -event.self_cpu_time_total)[:8]
@@ -183,10 +186,6 @@ def measure_precision(config, parts, precision: str, device: torch.device, steps
         "first_steps_top_cpu_ms": [[event.key, round(event.self_cpu_time_total / 1000, 2)] for event in top],
         "runner": runner,
     }
-
-
-def _add(total: float, result, seconds: float) -> tuple[object, float]:
-    return result, total + seconds
 
 
 def validation_seconds(config, parts, runner: StepRunner, device: torch.device) -> dict:
@@ -241,9 +240,9 @@ def decode(args) -> dict:
     device = torch.device(args.device)
     results = {"machine": device_facts(device), "runs": []}
     for run in args.runs:
-        translator = Translator.load(Path(run) / "best.pt", device=args.device)
+        translator = Translator.load(run, device=args.device)
         assert translator.run_config is not None
-        corpus = load_split(translator.run_config.data, args.split)
+        corpus = load_split(data_of_run(Path(run), translator.run_config.data), args.split)
         sources = list(corpus.src)
         by_batch = []
         for batch_size in args.batch_sizes:

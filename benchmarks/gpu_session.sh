@@ -55,7 +55,10 @@ fi
 
 if want recipes; then
 stage "the two recipes side by side, with tests/test_cuda.py"
-rm -rf "$RUNS"
+if [ -e "$RUNS" ]; then  # never replace a user's runs: a fresh lease's copy of the tree has none
+    stage "$RUNS exists: move it away or give RUNS=another/folder; the recipes are not run"
+    exit 1
+fi
 mkdir -p "$RUNS"
 timeout 400 $PYTHON benchmarks/recipe.py configs/multi30k_rnn_gpu.yaml --out "$RUNS/rnn" \
     --json "$OUT/rnn_gpu.json" "${train[@]}" > "$RUNS/rnn.log" 2>&1 &

@@ -26,20 +26,9 @@ from portable import portable
 
 from attnmt.data.data_config import load_split
 from attnmt.decoding.translator import Translator
-from attnmt.evaluation.evaluate import compare_beam_sizes
-from attnmt.runs.folder import read_saved_config
-from attnmt.runs.run_config import RunConfig
+from attnmt.evaluation.evaluate import compare_beam_sizes, data_of_run
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
-
-
-def split_of(run: Path, translator: Translator, split: str):
-    """(name, corpus) of the split as ``attnmt evaluate`` finds it: through the data section of
-    RUN/config.yaml (relative paths from RUN), else the checkpoint's."""
-    saved = read_saved_config(run)
-    assert translator.run_config is not None
-    data = RunConfig.from_dict(saved, base_dir=run).data if saved is not None else translator.run_config.data
-    return data.canonical_split(split), load_split(data, split)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, by_run = [], []
     for run in map(Path, args.runs):
         translator = Translator.load(run)
-        name, corpus = split_of(run, translator, args.split)
+        assert translator.run_config is not None
+        data = data_of_run(run, translator.run_config.data)  # as `attnmt evaluate` finds the split
+        name, corpus = data.canonical_split(args.split), load_split(data, args.split)
         stored = translator.search_config
         by_alpha = []
         for alpha in args.alphas:

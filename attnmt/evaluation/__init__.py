@@ -13,6 +13,6 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     **dict.fromkeys(["PerplexityResult", "Scores", "bleu", "corpus_scores", "likelihood_sums", "perplexity",
                      "perplexity_from_sums"], "scores"),
     **dict.fromkeys(["BeamEvaluation", "BeamResult", "CorpusEvaluation", "RunEvaluation", "beam_table",
-                     "compare_beam_sizes", "corpus_perplexity", "evaluate_beam_sizes", "evaluate_corpus",
-                     "evaluate_run"], "evaluate"),
+                     "compare_beam_sizes", "corpus_perplexity", "data_of_run", "evaluate_beam_sizes",
+                     "evaluate_corpus", "evaluate_run"], "evaluate"),
 })

@@ -32,7 +32,8 @@ from attnmt.runtime.outputs import check_writable_folder
 from attnmt.runtime.tables import format_table
 
 __all__ = ["BEAM_HEADERS", "BeamEvaluation", "BeamResult", "CorpusEvaluation", "RunEvaluation", "beam_table",
-           "compare_beam_sizes", "corpus_perplexity", "evaluate_beam_sizes", "evaluate_corpus", "evaluate_run"]
+           "compare_beam_sizes", "corpus_perplexity", "data_of_run", "evaluate_beam_sizes", "evaluate_corpus",
+           "evaluate_run"]
 
 
 def corpus_perplexity(translator: Translator, corpus: ParallelCorpus, max_tokens: int = 4096) -> PerplexityResult:
@@ -108,11 +109,11 @@ def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code
     if on_load is not None:
         on_load(translator)
     assert translator.run_config is not None  # loaded from a run
-    data = _data_of_run(path.parent, translator.run_config.data)
+    data = data_of_run(path.parent, translator.run_config.data)
     return path, translator, data.canonical_split(split), load_split(data, split), data.max_tokens
 
 
-def _data_of_run(run_dir: Path, stored: DataConfig) -> DataConfig:
+def data_of_run(run_dir: Path, stored: DataConfig) -> DataConfig:
     """The ``data`` section of the run folder's ``config.yaml`` (relative paths from the run
     folder): a user who moves a run with its data points it there. The checkpoint's own section
     when the folder has no ``config.yaml``."""
