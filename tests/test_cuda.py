@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnmt.attention import scaled_dot_product_attention
 from attnmt.data import make_batches
 from attnmt.decoding.search import beam_search, greedy_search
 from attnmt.decoding.translator import Translator
@@ -88,6 +89,24 @@ def test_16_bit_training_on_cuda_lowers_the_loss_and_resumes(tmp_path, precision
     assert a.get("scaler") == b.get("scaler") and (precision != "fp16" or a["scaler"])
     for name, tensor in b["model"].items():  # GPU kernels may reorder sums: equal up to rounding
         torch.testing.assert_close(a["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_attention_on_cuda_never_plans_in_cudnn_and_equals_float64(dtype):
+    """cuDNN's fused attention plans every new shape (a 7x slower first epoch): attnmt keeps it out."""
+    generator = torch.Generator().manual_seed(3)
+    profiled = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with profiled:
+        for length in (5, 9, 13):  # a new shape each call, as in training
+            q, k, v = (torch.randn(2, 4, length, 32, generator=generator) for _ in range(3))
+            mask = torch.rand(2, 1, length, length, generator=generator) > 0.3
+            mask[0, 0, 1] = False  # one query row that may attend to nothing
+            out, _ = scaled_dot_product_attention(*(t.to("cuda", dtype) for t in (q, k, v)), mask.cuda())
+            reference, _ = scaled_dot_product_attention(q.double(), k.double(), v.double(), mask, need_weights=True)
+            error = (out.double().cpu() - reference).norm() / reference.norm()
+            assert float(error) < 1e-2 and bool(torch.isfinite(out).all())
+            assert bool((out[0, :, 1] == 0).all())
+    assert not [e.key for e in profiled.key_averages() if "cudnn_attention" in e.key]
 
 
 def test_a_run_moves_between_cuda_and_the_cpu(tmp_path):

@@ -17,6 +17,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 __all__ = [
     "causal_mask",
@@ -195,6 +196,21 @@ def _fused_handles_empty_rows() -> bool:
     return _fused_zeroes_empty_rows
 
 
+# The fused kernels a CUDA tensor may use: all but cuDNN's. PyTorch picks cuDNN's kernel for 16-bit
+# inputs, and cuDNN plans every new shape anew: training on batches whose lengths change each step
+# ran its first epoch 7 times slower than later ones in bf16 and fp16 on an H200, the profiler
+# putting the time in ``aten::_cudnn_attention_forward`` (docs/results.md, "On one GPU").
+CUDA_FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def _fused_attention(q, k, v, mask, dropout_p, scale):
+    """``F.scaled_dot_product_attention``; on CUDA, without cuDNN's kernel (``CUDA_FUSED_BACKENDS``)."""
+    if not q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    with sdpa_kernel(CUDA_FUSED_BACKENDS):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -210,7 +226,8 @@ def scaled_dot_product_attention(
     Returns ``(output [..., Lq, d_v], weights [..., Lq, Lk] or None)``.
 
     Without ``need_weights`` this calls PyTorch's fused kernel
-    (``torch.nn.functional.scaled_dot_product_attention``). With ``need_weights`` it runs an
+    (``torch.nn.functional.scaled_dot_product_attention``; on CUDA not cuDNN's, which plans every
+    new shape anew). With ``need_weights`` it runs an
     explicit matmul–softmax–matmul and returns the weights (before dropout). Both paths give the
     same output; rows with no allowed key give zero weights and a zero output.
     """
@@ -222,11 +239,9 @@ def scaled_dot_product_attention(
 
     if not need_weights:  # the fused kernel's default scale is 1/√d_k as well
         if mask is None or _fused_handles_empty_rows():
-            return F.scaled_dot_product_attention(q, k, v, mask, dropout_p, scale=scale), None
+            return _fused_attention(q, k, v, mask, dropout_p, scale), None
         has_key = mask.any(dim=-1, keepdim=True)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale
-        )
+        out = _fused_attention(q, k, v, mask | ~has_key, dropout_p, scale)
         return out.masked_fill(~has_key, 0.0), None
 
     if scale is None:
