@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -252,10 +253,43 @@ def decode(args) -> dict:
             by_batch.append({"batch_size": batch_size, "seconds_median": round(statistics.median(times), 3),
                              "seconds": [round(t, 3) for t in times]})
             print(f"{run} beam {args.beam} batch {batch_size}: {statistics.median(times):.3f} s", file=sys.stderr)
-        results["runs"].append({"run": run, "model": translator.run_config.model.type, "split": args.split,
-                                "sentences": len(sources), "beam": args.beam,
-                                "precision": translator.precision, "by_batch_size": by_batch})
+        entry = {"run": run, "model": translator.run_config.model.type, "split": args.split,
+                 "sentences": len(sources), "beam": args.beam, "precision": translator.precision,
+                 "by_batch_size": by_batch}
+        if args.count_syncs and device.type == "cuda":
+            entry["host_reads"] = count_host_reads(translator, sources, args.beam, max(args.batch_sizes))
+            print(f"{run}: {entry['host_reads']}", file=sys.stderr)
+        results["runs"].append(entry)
     return results
+
+
+def count_host_reads(translator: Translator, sources: list[str], beam: int, batch_size: int) -> dict:
+    """How often a search waits for the GPU: PyTorch's sync debug mode warns at every operation
+    that copies a value to the host (``.item()``, ``.tolist()``, ``bool(tensor)``, ``nonzero``);
+    the warnings are counted over one translation of ``sources``, with the decoder steps."""
+    model = translator.model
+    decode_step = model.decode_step
+    steps = 0
+
+    def counted_step(*args, **kwargs):
+        nonlocal steps
+        steps += 1
+        return decode_step(*args, **kwargs)
+
+    model.decode_step = counted_step
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                translator.translate(sources, beam=beam, batch_size=batch_size)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    finally:
+        del model.decode_step  # the instance attribute; the class's method shows again
+    reads = sum("synchroniz" in str(w.message) for w in caught)
+    return {"batch_size": batch_size, "decoder_steps": steps, "host_reads": reads,
+            "host_reads_per_step": round(reads / max(steps, 1), 2)}
 
 
 def report(args) -> dict:
@@ -320,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     decode_parser.add_argument("--beam", type=int, default=5)
     decode_parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 250, 1000])
     decode_parser.add_argument("--repeats", type=int, default=3)
+    decode_parser.add_argument("--count-syncs", action="store_true",
+                               help="also count the search's host reads per decoder step (CUDA only)")
     for sub in (speed_parser, decode_parser):
         sub.add_argument("--device", default="cuda")
     report_parser = commands.add_parser("report", help="one JSON of the speed, decoding and recipe results")
