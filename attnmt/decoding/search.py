@@ -330,21 +330,30 @@ class _Beams:
     def finish(self, candidates: _Candidates, finished: list[list[Hypothesis]], step: int, n_best: int,
                source_lengths: list[int], return_attention: bool) -> None:
         """Each reachable candidate ending in EOS among the top K becomes a hypothesis of its sentence,
-        when it enters the sentence's ``n_best`` best."""
+        when it enters the sentence's ``n_best`` best.
+
+        The endings' places, scores, rows and tokens reach the host in one transfer each, not one
+        per hypothesis: on a GPU every read waits for the device (``benchmarks/gpu.py decode
+        --count-syncs`` counted 241 reads a step when they came one at a time)."""
         ending = candidates.eos[:, : self.K] & (candidates.scores[:, : self.K] > float("-inf"))
-        if not bool(ending.any()):
+        places = ending.nonzero()  # [M, 2]: (sentence, candidate) of each ending, row by row
+        if places.shape[0] == 0:
             return
-        for i, j in ending.nonzero().tolist():
+        sentences, columns = places.unbind(1)
+        rows = candidates.rows[sentences, columns]
+        scores, row_ids = candidates.scores[sentences, columns].tolist(), rows.tolist()
+        tokens = self.tokens[rows].tolist()
+        for k, i in enumerate(sentences.tolist()):
             if self.retired[i]:
                 continue
             sentence = self.sentence_ids[i]
             kept = finished[sentence]
-            score = float(candidates.scores[i, j])
+            score = scores[k]
             if len(kept) == n_best and score / length_penalty(step + 1, self.alpha) <= kept[-1].normalized_score:
                 continue  # cannot enter the n_best
-            row = int(candidates.rows[i, j])
+            row = row_ids[k]
             attention = self.attention[row] if return_attention and self.attention is not None else None
-            kept.append(_hypothesis(self.tokens[row].tolist(), score, self.alpha, attention, source_lengths[sentence]))
+            kept.append(_hypothesis(tokens[k], score, self.alpha, attention, source_lengths[sentence]))
             kept.sort(key=lambda h: -h.normalized_score)  # stable: earlier first among equals
             del kept[n_best:]
 
