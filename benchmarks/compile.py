@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from gpu import synchronize
 
 from attnmt.data import make_batches
 from attnmt.models import build_model
@@ -62,11 +63,6 @@ def measure(name: str, compiled: bool, steps: int, device: torch.device, precisi
     finished = time.perf_counter()
     return {"model": name, "compiled": compiled, "first_steps_seconds": warmed - started,
             "tokens_per_s": tokens / (finished - warmed), "steps": steps}
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main() -> None:
