@@ -49,7 +49,7 @@ from attnmt.decoding.translator import Translator
 from attnmt.evaluation.evaluate import data_of_run
 from attnmt.evaluation.scores import likelihood_sums
 from attnmt.models import build_model
-from attnmt.models.common import at_least_float32
+from attnmt.models.common import at_least_float32, count_parameters
 from attnmt.models.losses import token_losses
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
@@ -230,7 +230,7 @@ def speed(args) -> dict:
             results["recipes"].append({
                 "config": config_path, "model": config.model.type, "max_tokens": config.data.max_tokens,
                 "tf32": parts.tf32,  # fp32 runs its matrix products in TF32 where the GPU has it
-                "parameters": sum(p.numel() for p in parts.model.parameters()),
+                "parameters": count_parameters(parts.model, trainable_only=False),
                 "setup_seconds": round(setup_seconds, 1), "by_precision": by_precision,
             })
             del parts

@@ -27,6 +27,7 @@ from pathlib import Path
 import sacrebleu
 
 from attnmt.models import build_model
+from attnmt.models.common import count_parameters
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
@@ -41,9 +42,10 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def parameters(config: str) -> int:
-    model = load_config(PROJECT / config).model
-    return sum(p.numel() for p in build_model(model, 8000, 8000).parameters())
+def parameters(config_path: str) -> int:
+    config = load_config(PROJECT / config_path)
+    vocabulary = config.data.vocab_size  # joint: the same pieces on both sides
+    return count_parameters(build_model(config.model, vocabulary, vocabulary), trainable_only=False)
 
 
 def attnmt_speed(kind: str) -> dict:

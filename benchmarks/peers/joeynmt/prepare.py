@@ -17,6 +17,7 @@ import gzip
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import sentencepiece
@@ -38,17 +39,26 @@ def main(argv: list[str] | None = None) -> int:
     missing = [f"{s}.{lang}.gz" for s in SPLITS for lang in LANGUAGES if not (data / f"{s}.{lang}.gz").is_file()]
     if missing:
         parser.error(f"--data {data}: missing {', '.join(missing)}")
-    model = sentencepiece.SentencePieceProcessor(model_file=args.tokenizer)
+    try:
+        model = sentencepiece.SentencePieceProcessor(model_file=args.tokenizer)
+    except (OSError, RuntimeError) as error:
+        parser.error(f"--tokenizer {args.tokenizer}: not a sentencepiece model ({error})")
     specials = {model.pad_id(), model.unk_id(), model.bos_id(), model.eos_id()}
 
-    out.mkdir(parents=True)
-    for split in SPLITS:
-        for lang in LANGUAGES:
-            with gzip.open(data / f"{split}.{lang}.gz", "rt", encoding="utf-8") as source:
-                (out / f"{split}.{lang}").write_text(source.read(), encoding="utf-8")
-    shutil.copyfile(args.tokenizer, out / "spm.joint.model")
-    pieces = [model.id_to_piece(i) for i in range(model.get_piece_size()) if i not in specials]
-    (out / "vocab.txt").write_text("".join(f"{piece}\n" for piece in pieces), encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # renamed to --out when whole
+    try:
+        for split in SPLITS:
+            for lang in LANGUAGES:
+                with gzip.open(data / f"{split}.{lang}.gz", "rt", encoding="utf-8") as source:
+                    (partial / f"{split}.{lang}").write_text(source.read(), encoding="utf-8")
+        shutil.copyfile(args.tokenizer, partial / "spm.joint.model")
+        pieces = [model.id_to_piece(i) for i in range(model.get_piece_size()) if i not in specials]
+        (partial / "vocab.txt").write_text("".join(f"{piece}\n" for piece in pieces), encoding="utf-8")
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     print(f"wrote {out}: {len(SPLITS) * len(LANGUAGES)} text files, vocab.txt of {len(pieces)} pieces")
     return 0
 

@@ -21,6 +21,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from attnmt.runtime.atomic_files import write_text_atomic
+
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 TOKENS = re.compile(r"Epoch\s+(\d+), Step:\s+(\d+), .*Tokens per Sec:\s+([\d.]+)")
 RESULT = re.compile(r"Evaluation result \(greedy\): bleu:\s+([\d.]+), loss:\s+([\d.]+), ppl:\s+([\d.]+)")
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(log)
     text = json.dumps(summary, indent=2) + "\n"
     if args.json:
-        args.json.write_text(text, encoding="utf-8")
+        write_text_atomic(args.json, text)
     print(text, end="")
     return 0
 
