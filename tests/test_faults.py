@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 import attnmt.runtime.atomic_files
 from attnmt.cli import main as cli_main
@@ -129,11 +130,26 @@ def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "links.txt").exists()
 
 
+def test_a_model_too_big_for_the_machine_is_refused_before_a_weight_is_allocated(tmp_path, capsys, monkeypatch):
+    """The model is counted on the meta device first: where the kernel overcommits memory, allocating
+    a huge model succeeds and the first write kills the process, so the allocator cannot be asked."""
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2, device="cpu"))
+    monkeypatch.setattr("attnmt.training.builder.available_memory", lambda device: 2**16)
+    built = []
+    monkeypatch.setattr("attnmt.training.builder.build_model", lambda *args: built.append(args) or nn.Linear(8, 8))
+    monkeypatch.setattr("attnmt.training.builder.count_parameters", lambda model, trainable_only: 10_000)
+    assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "big"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == ("attnmt train: error: model: the model this config describes does not fit in the memory of cpu: "
+                   "its 10,000 parameters need about 156 KiB there, and 64 KiB is free; make it smaller")
+    assert len(built) == 1 and not (tmp_path / "big" / "last.pt").exists()  # built once, on meta
+
+
 def test_a_training_batch_too_big_for_the_machine_is_refused_before_the_first_step(tmp_path, capsys, monkeypatch):
     """On a machine with 1 MiB free, the logits of 64 words (768 bytes a target position) leave room
     for 682 positions: data.max_tokens 100,000,000 (one batch of all 200 pairs) is refused, and the
     682 that the message advises trains."""
-    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2))
+    config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2, device="cpu"))
     monkeypatch.setattr("attnmt.training.builder.available_memory", lambda device: 2**20)
     assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "big"), "--no-progress",
                      "--set", "data.max_tokens=100000000"]) == 2

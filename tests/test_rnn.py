@@ -4,6 +4,7 @@ padding, configuration errors, and that it can learn a toy task."""
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from attnmt.attention.registry import ATTENTION_TYPES, canonical_name
 from attnmt.decoding.search import greedy_search
 from attnmt.errors import ConfigError
 from attnmt.models import build_model, count_parameters
-from attnmt.models.rnn import FLOWS, RNNConfig, RNNSeq2Seq
+from attnmt.models.rnn import CUDNN_WEIGHT_COPY_WARNING, FLOWS, RNNConfig, RNNSeq2Seq
 
 from helpers import tiny_rnn_config
 
@@ -88,6 +89,25 @@ def test_multilayer_model_and_sizes():
     assert (encoded.states[~mask] == 0).all()
     logits, _ = model(src, mask, tgt_in)
     assert logits.shape == (3, 5, TGT_VOCAB)
+
+
+def test_cudnns_warning_of_its_weight_copy_never_reaches_the_user(monkeypatch):
+    """cuDNN warns at each encoder call that it copies the layer's weights into one buffer (seen on an
+    H200 in every `attnmt evaluate`); here torch.lstm warns as cuDNN does. Other warnings still pass."""
+    lstm = torch.lstm
+
+    def warning_lstm(*args):
+        warnings.warn(f"{CUDNN_WEIGHT_COPY_WARNING} of memory. (Triggered internally)", UserWarning, stacklevel=1)
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+        return lstm(*args)
+
+    monkeypatch.setattr(torch, "lstm", warning_lstm)
+    model = build_model(tiny_rnn_config(encoder_layers=2), SRC_VOCAB, TGT_VOCAB)
+    src, mask, _ = make_batch()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.encode(src, mask)
+    assert [str(w.message) for w in caught] == ["another warning"] * 4  # 2 layers x 2 directions
 
 
 # ------------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ stacked RNN layers. Every step flow shares one step function between ``forward``
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -71,6 +72,11 @@ from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
 from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
 from attnmt.runtime.renames import renamed_keys
+
+# On CUDA, cuDNN copies the four weight tensors of a layer into one buffer at each torch.lstm call of
+# the encoder (it runs each layer and direction alone, on the module's own tensors) and warns each
+# time. The copy is a few MB against a whole recurrence, and nothing a user can act on.
+CUDNN_WEIGHT_COPY_WARNING = "RNN module weights are not part of single contiguous chunk"
 
 __all__ = [
     "CELLS",
@@ -429,7 +435,9 @@ class RNNSeq2Seq(nn.Module):
                 weights = [getattr(rnn, f"{name}_l{layer}{suffix}")
                            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
                 sequence = inputs if order is None else _gather_time(inputs, order)
-                states = run(sequence, hx, weights, True, 1, 0.0, self.training, False, True)[0]  # [B, S, H_e]
+                with warnings.catch_warnings():  # here, not at import: pytest or a notebook may reset filters
+                    warnings.filterwarnings("ignore", message=CUDNN_WEIGHT_COPY_WARNING, category=UserWarning)
+                    states = run(sequence, hx, weights, True, 1, 0.0, self.training, False, True)[0]  # [B, S, H_e]
                 # The direction's final state: at the last real token of the sequence it read.
                 finals.append(_gather_time(states, last).squeeze(1))
                 outputs.append(states if order is None else _gather_time(states, order))

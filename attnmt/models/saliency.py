@@ -225,7 +225,9 @@ def _real_outputs(batch: ForcedBatch, outputs: Sequence[Sequence[int]]) -> torch
 def _gradient_times_input(model, probe: _SourceProbe, point, batch: ForcedBatch, real: torch.Tensor) -> torch.Tensor:
     """∇_{e_s} f_t(point(e)) · e_s for every pair, output position t and source position s: [B, T, S]."""
     probe.arm(point)
-    with torch.enable_grad():
+    # cuDNN's recurrent kernels have no backward pass in eval mode, which saliency needs (no dropout):
+    # with cuDNN off, an LSTM or GRU on CUDA runs PyTorch's own kernels, which have one.
+    with torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
         logits, _ = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
         if probe.leaf is None or probe.embeddings is None:
             raise RuntimeError("saliency: the model never called its source embedding table")

@@ -107,8 +107,10 @@ def available_memory(device: torch.device) -> int | None:
 
 
 def memory_size(count: int) -> str:
-    """A byte count as people read it: ``627 MiB``, ``3.5 GiB``."""
-    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
+    """A byte count as people read it: ``64 KiB``, ``627 MiB``, ``3.5 GiB``."""
+    if count >= 2**30:
+        return f"{count / 2**30:.1f} GiB"
+    return f"{count / 2**20:.0f} MiB" if count >= 2**20 else f"{count / 2**10:.0f} KiB"
 
 
 def describe(device: torch.device, precision: str, tf32: bool = False) -> str:

@@ -122,6 +122,8 @@ def build_training(
         say(report.summary())
 
     seed_everything(training.seed)
+    with bound_classes(attention_classes):
+        _check_model_memory(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, device)
     # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
     try:
         with bound_classes(attention_classes):
@@ -176,6 +178,29 @@ def _attention_code(
     if record is None:
         return None, {}
     return record, {record.spec: load_user_class(record.spec)}
+
+
+def _check_model_memory(model_config, src_vocab: int, tgt_vocab: int, device: torch.device) -> None:
+    """ConfigError, before any weight is allocated, when the model cannot fit: it is built on the
+    ``meta`` device (shapes, no storage) to count its P parameters. Its float32 weights (4P bytes)
+    are initialised on the CPU; training keeps them, their gradient and Adam's two moments on
+    ``device`` (16P bytes). Asking the allocator instead is not enough: where the kernel overcommits
+    memory, a huge allocation succeeds and the first write to it gets the process killed."""
+    try:
+        with torch.device("meta"):
+            parameters = count_parameters(build_model(model_config, src_vocab, tgt_vocab), trainable_only=False)
+    except Exception:  # a user's attention that cannot be built on meta: the allocator decides below
+        return
+    needs = [(device, 16 * parameters)]
+    if device.type != "cpu":
+        needs.insert(0, (torch.device("cpu"), 4 * parameters))
+    for where, needed in needs:
+        available = available_memory(where)
+        if available is not None and needed > available:
+            raise ConfigError(
+                f"model: the model this config describes does not fit in the memory of {where}: its "
+                f"{parameters:,} parameters need about {memory_size(needed)} there, and "
+                f"{memory_size(available)} is free; make it smaller")
 
 
 def _check_batch_memory(max_tokens: int, src_ids, tgt_ids, vocabulary: int, device: torch.device) -> None:
