@@ -7,6 +7,7 @@ trained on it, a simulated full disk, and a headless browser.
   ``tiny_transformer_config`` (a ``TransformerConfig``); ``TINY_MODELS`` for runs of each kind.
 - ``BigramToy``: a model with fixed bigram tables, for search.
 - ``run_trainer`` trains a config into a folder; ``comparable`` drops the timings of its records.
+- ``tolerance``: how closely two float32 paths to one result agree where the test runs.
 - ``FullDisk``: the writes into a folder fail with ENOSPC once a byte budget is spent.
 - ``Browser``: headless Chromium driven over the DevTools protocol on a pipe (file descriptors 3
   and 4, JSON ended by NUL bytes): only the standard library, nothing downloaded.
@@ -37,6 +38,23 @@ import attnmt.runtime.atomic_files
 from attnmt.models.transformer import TransformerConfig
 from attnmt.runs.run_config import load_config
 from attnmt.training import Trainer
+
+# ---------------------------------------------------------------------------- float noise
+
+TF32_TOLERANCE = 2e-3
+
+
+def tolerance(atol: float, device: torch.device | str) -> float:
+    """The absolute tolerance between two float32 computations of one result that take different
+    paths (a batch or one pair alone, a search or a read-out): ``atol`` on a CPU. On CUDA attnmt
+    multiplies float32 matrices in TF32, whose 10-bit mantissa rounds each product to about 5e-4 of
+    its size, so two paths there agree to ``TF32_TOLERANCE``, not to float32's 1e-6. Run on a GPU
+    (device ``auto``), the suite checks the same equalities at that looser bound."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return max(atol, TF32_TOLERANCE)
+    return atol
+
 
 # ---------------------------------------------------------------------------- the made-up task
 

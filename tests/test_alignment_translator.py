@@ -24,7 +24,7 @@ from attnmt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
 
-from helpers import make_pairs, run_trainer, tiny_run_config
+from helpers import make_pairs, run_trainer, tiny_run_config, tolerance
 
 pytestmark = pytest.mark.slow  # tiny trained runs
 
@@ -77,10 +77,12 @@ def reference_weights(translator: Translator, src_words, tgt_words, layer: int, 
     src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
     src_ids = src_tok.encode(" ".join(src_words)) + [EOS_ID]
     tgt_ids = tgt_tok.encode(" ".join(tgt_words))
+    device = translator.device
     with torch.no_grad():
-        _, weights = translator.model(torch.tensor([src_ids]), torch.ones(1, len(src_ids), dtype=torch.bool),
-                                      torch.tensor([[BOS_ID] + tgt_ids]), return_attention="heads")
-    weights = weights[0].double().numpy()
+        _, weights = translator.model(torch.tensor([src_ids], device=device),
+                                      torch.ones(1, len(src_ids), dtype=torch.bool, device=device),
+                                      torch.tensor([[BOS_ID] + tgt_ids], device=device), return_attention="heads")
+    weights = weights[0].double().cpu().numpy()
     if weights.ndim == 3:  # RNN: [h, T, S]
         weights = weights[None]
     per_head = weights[layer]
@@ -165,11 +167,11 @@ def test_batched_force_decoding_equals_each_pair_alone(translator):
     aligner = TranslatorAligner(translator, max_tokens=40)  # several batches
     for src_words, tgt_words, matrix in zip(src, tgt, aligner.weights_many(src, tgt)):
         expected = reference_weights(translator, src_words, tgt_words, layer=max(0, layers - 2), head=None)
-        np.testing.assert_allclose(matrix, expected, atol=1e-5)
+        np.testing.assert_allclose(matrix, expected, atol=tolerance(1e-5, translator.device))
     shifted = TranslatorAligner(translator, shift=True).weights_many(src[:2], tgt[:2])
     for src_words, tgt_words, matrix in zip(src, tgt, shifted):
         expected = reference_weights(translator, src_words, tgt_words, layer=max(0, layers - 2), head=None, shift=True)
-        np.testing.assert_allclose(matrix, expected, atol=1e-5)
+        np.testing.assert_allclose(matrix, expected, atol=tolerance(1e-5, translator.device))
 
 
 def test_transformer_layer_and_head_selection(translator):
@@ -189,10 +191,11 @@ def test_transformer_layer_and_head_selection(translator):
     for src_words, tgt_words, matrix in zip(src, tgt, chosen.weights_many(src, tgt)):
         assert matrix.shape == (len(tgt_words), len(src_words))
         np.testing.assert_allclose(matrix, reference_weights(translator, src_words, tgt_words, layer=1, head=1),
-                                   atol=1e-5)
+                                   atol=tolerance(1e-5, translator.device))
     forced = default.forced_attention(src, tgt)
     assert forced[0].weights.shape[:2] == (2, 2)
-    np.testing.assert_allclose(forced[0].word_weights(2, 2), chosen(src[0], tgt[0]), atol=1e-6)
+    np.testing.assert_allclose(forced[0].word_weights(2, 2), chosen(src[0], tgt[0]),
+                               atol=tolerance(1e-6, translator.device))
     for bad, message in ((3, "decoder layer 3 is out of range: the model has 2 decoder layers"),
                          (0, "decoder layer 0 is out of range"), (-3, "decoder layer -3 is out of range")):
         with pytest.raises(ConfigError, match=message):
@@ -211,7 +214,8 @@ def test_reversed_direction_transposes_the_swapped_pair(translator):
     assert reverse.reversed and reverse.languages == ("en", "de") and "reversed" in reverse.describe()
     for en_words, de_words, matrix in zip(en, de, reverse.weights_many(en, de)):
         assert matrix.shape == (len(de_words), len(en_words))
-        np.testing.assert_allclose(matrix, forward(de_words, en_words).T, atol=1e-6)  # other batches: float noise
+        np.testing.assert_allclose(matrix, forward(de_words, en_words).T,
+                                   atol=tolerance(1e-6, translator.device))  # other batches: float noise
     with pytest.raises(ConfigError, match="neither of the run's languages: it translates de → en"):
         TranslatorAligner(translator, src_lang="fr")
 
@@ -356,7 +360,7 @@ def test_saliency_aligner_reads_the_saliency_of_each_pair_through_the_same_pipel
         outputs, tgt_spans = spans_of(translator.encode_words(words_tgt, "target"), UNK_ID)
         [(_, scores)] = list(translator.saliency([sources + [EOS_ID]], [outputs + [EOS_ID]]))
         expected = piece_to_word_weights(saliency_weights(scores)[:-1], src_spans, tgt_spans)
-        np.testing.assert_allclose(weights, expected, atol=1e-6)
+        np.testing.assert_allclose(weights, expected, atol=tolerance(1e-6, translator.device))
         assert weights.shape == (len(words_tgt), len(words_src))
     backwards = TranslatorAligner(translator, saliency="gradient", src_lang="en").weights_many(tgt, src)
     for forward, backward in zip(aligner.weights_many(src, tgt), backwards):

@@ -119,7 +119,7 @@ def test_bfloat16_search_writes_its_own_files(trained, capsys):
     capsys.readouterr()
     assert cli_main(["translate", str(trained), "Ein Mann fährt Fahrrad.", "--precision", "bf16", "--beam", "2"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
-    assert cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp16"]) == 2  # an LSTM on the CPU
+    assert cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp16", "--device", "cpu"]) == 2
     assert "no float16 LSTM on the CPU; use bf16" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli_main(["translate", str(trained), "Ein Mann.", "--precision", "fp8"])
@@ -184,7 +184,7 @@ def test_the_longest_output_counts_in_what_a_search_needs(trained, monkeypatch):
     translator.search_config = replace(translator.search_config, max_len_b=1000)
     assert translator.search_bytes(10, 64, 11, True) == 64 * 10 * (60 * 16 + 1012 * (8 + 11 * 4))
     with pytest.raises(ConfigError, match=r"outputs of up to 1011 tokens needs about 33 MiB, more than half of "
-                                          r"the 16 MiB free on cpu; use batch_size=15 or less"):
+                                          rf"the 16 MiB free on {translator.device}; use batch_size=15 or less"):
         translator.translate(["Ein Hund."] * 64, beam=10, batch_size=64, return_attention=True)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -63,7 +64,7 @@ def test_every_mechanism_and_seed_is_trained_evaluated_and_logged(finished):
     order = [(o.mechanism, o.seed) for o in comparison.outcomes]
     assert order == [("dot", 1), ("mean", 1), ("dot", 2), ("mean", 2)]  # seed by seed
     assert [o.status for o in comparison.outcomes] == ["trained"] * 4
-    assert log[0].startswith("device cpu (") and log[0].endswith("precision fp32")  # where the runs train
+    assert re.match(r"device (cpu|cuda:\d+) \(", log[0]) and log[0].endswith("precision fp32")  # where they train
     assert log[1] == f"[1/4] dot seed 1: training {out / 'runs' / 'dot-seed1'}"
     assert log[2].startswith("[1/4] dot seed 1: trained in ") and "made_up perplexity " in log[2]
     assert len(log) == 9
@@ -117,7 +118,7 @@ def test_running_again_reuses_every_finished_run(finished, config_path, capsys, 
     assert code == 0 and trained == []
     captured = capsys.readouterr()
     printed = captured.out
-    assert "device cpu" in captured.err and "device cpu" not in printed  # status on stderr, results on stdout
+    assert "device " in captured.err and "device " not in printed  # status on stderr, results on stdout
     assert printed.count(": reused: made_up perplexity") == 4
     assert "| attention | runs | perplexity (mean ± std) | perplexity var |" in printed
     assert f"{comparison.outcomes[0].bleu:.2f}" in printed

@@ -62,7 +62,7 @@ def test_fp16_autocast_and_its_scaler():
 
 
 def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
-    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=6)
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=6, device="cpu")  # what it says is the CPU's
     run_trainer(tmp_path, config)
     run = tmp_path / "run"
     train_records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
@@ -74,7 +74,7 @@ def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err.startswith("attnmt translate: device cpu (") and "precision bf16" in captured.err
     assert len(captured.out.splitlines()) == 1  # stdout stays the translations
-    assert cli_main(["evaluate", str(run), "--split", "valid", "-n", "0", "--no-progress"]) == 0
+    assert cli_main(["evaluate", str(run), "--split", "valid", "-n", "0", "--no-progress", "--device", "cpu"]) == 0
     assert "attnmt evaluate: device cpu (" in capsys.readouterr().err
     assert json.loads((run / "eval-valid.json").read_text())["device"] == "cpu"
     assert cli_main(["translate", str(run), "ein hund.", "--device", "tpu"]) == 2
@@ -108,7 +108,7 @@ def test_fp16_training_lowers_the_loss_and_resumes_exactly_with_its_scaler(tmp_p
 
 
 def test_fp16_lstm_on_the_cpu_is_refused_in_one_line(tmp_path, capsys):
-    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=2, precision="fp16")
+    config = tiny_run_config(tmp_path, max_epochs=1, max_steps=2, precision="fp16", device="cpu")
     path = save_yaml(tmp_path, config)
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     assert "no float16 LSTM on the CPU; use bf16" in capsys.readouterr().err

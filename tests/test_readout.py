@@ -9,6 +9,8 @@ import pytest
 import attnmt
 from attnmt.models.readout import ATTNMT_SPECIALS, SpecialIds, force_decode
 
+from helpers import tolerance
+
 pytestmark = pytest.mark.slow  # trains the tiny runs (once per session)
 
 SENTENCES = ["Ein Hund läuft im Park.", "Die Katze.", "Ein kleiner Mann spielt mit einem roten Ball im Garten.",
@@ -33,13 +35,14 @@ def test_the_readout_of_a_search_output_is_what_the_search_saw(tiny_run, beam):
     sources, outputs = _ids(translator, translations)
     readings = dict(force_decode(translator.model, sources, outputs, log_probs=True))
     assert sorted(readings) == list(range(len(SENTENCES)))
+    noise = tolerance(1e-5, translator.device)
     for index, translation in enumerate(translations):
         reading = readings[index]
         layers, heads, rows, columns = reading.weights.shape
         assert (rows, columns) == (len(translation.out_pieces), len(translation.src_pieces))
         assert reading.log_probs is not None and reading.log_probs.shape == (rows,)
-        assert float(reading.log_probs.sum()) == pytest.approx(translation.score, abs=1e-4)
-        np.testing.assert_allclose(reading.weights[-1].mean(axis=0), translation.attention, atol=1e-5)
+        assert float(reading.log_probs.sum()) == pytest.approx(translation.score, abs=max(10 * noise, 1e-4))
+        np.testing.assert_allclose(reading.weights[-1].mean(axis=0), translation.attention, atol=noise)
         np.testing.assert_allclose(reading.weights.sum(axis=-1), 1.0, atol=1e-5)
 
 
