@@ -121,9 +121,9 @@ def build_training(
         )
         say(report.summary())
 
-    seed_everything(training.seed)
-    with bound_classes(attention_classes):
+    with bound_classes(attention_classes):  # before the seed: nothing here may draw from its stream
         _check_model_memory(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, device)
+    seed_everything(training.seed)
     # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
     try:
         with bound_classes(attention_classes):
