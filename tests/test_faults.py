@@ -120,6 +120,8 @@ def test_what_the_fuzzer_found_ends_in_one_line(tmp_path, capsys):
     assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "huge"), "--no-progress",
                      "--set", "model.hidden_dim=1000000"]) == 2
     assert "does not fit in the memory of cpu" in capsys.readouterr().err
+    assert not (tmp_path / "huge").exists()  # the config and tokenizers it wrote went with the start
+    assert cli_main(["train", "--config", str(path), "--out", str(tmp_path / "huge"), "--no-progress"]) == 0
     # align --threads 0 (a RuntimeError of torch) and --max-tokens -1 (a ValueError) were tracebacks.
     align = ["align", "--model", str(tmp_path / "run"), "--src", str(tmp_path / "valid.de"), "--tgt",
              str(tmp_path / "valid.en"), "--out", str(tmp_path / "links.txt")]

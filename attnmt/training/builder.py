@@ -30,7 +30,7 @@ from attnmt.errors import CheckpointError, ConfigError
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
-from attnmt.runs.folder import CONFIG_FILE, LAST, METRICS, check_run_dir, write_code_copy, write_metrics
+from attnmt.runs.folder import CONFIG_FILE, LAST, LOCK, METRICS, check_run_dir, write_code_copy, write_metrics
 from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
 from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
@@ -82,8 +82,29 @@ def build_training(
     """Prepare ``run_dir`` and every part of the training (``say`` prints rank 0's messages).
 
     ``trust_run_code``: a resumed run whose user mechanism's file has changed or is gone runs the
-    copy the run keeps (else UntrustedCodeError)."""
+    copy the run keeps (else UntrustedCodeError).
+
+    A run that starts without a ``last.pt`` writes its config and tokenizers before its last checks
+    (the model's and a batch's memory, which need the vocabulary). When a check or anything else
+    stops the start, rank 0 removes the files the start wrote: the folder is as it was, and the same
+    command, corrected, can run into it again."""
     run_dir = Path(run_dir)
+    starting = not (run_dir / LAST).is_file()
+    before = set(run_dir.iterdir()) if run_dir.is_dir() else set()
+    try:
+        return _build_training(config, run_dir, resume, context, say, trust_run_code)
+    except BaseException:
+        if starting and context.is_main and run_dir.is_dir():
+            for path in set(run_dir.iterdir()) - before:
+                if path.is_file() and path.name != LOCK:
+                    path.unlink(missing_ok=True)
+        raise
+
+
+def _build_training(
+    config: RunConfig, run_dir: Path, resume: bool, context: DistributedContext, say: Callable[[str], None],
+    trust_run_code: bool,
+) -> TrainingParts:
     data, training = config.data, config.training
     checkpoint = load_checkpoint(run_dir / LAST, require_training_state=True) \
         if check_run_dir(run_dir, resume) else None
