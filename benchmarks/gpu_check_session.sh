@@ -35,7 +35,7 @@ if [ "${SMOKE:-0}" = 1 ]; then  # every step on a CPU in a few minutes, never lo
 else
     MINUTES=6; TEST=test_2016_flickr
     device=(); decode_device=()
-    SUITE=(-n 10 -v -rfE --tb=short --timeout 120 tests)
+    SUITE=(-n 10 -v -rfEs --tb=short --timeout 120 tests)  # -rs: why each skip
     COMPILE=(--device cuda --precision bf16 --max-tokens 4096 --steps 100 --models transformer)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 fi
