@@ -58,7 +58,7 @@ from attnmt.runs.folder import (
 from attnmt.runs.folder import METRICS as METRICS_FILE
 from attnmt.runs.run_config import RunConfig, load_config
 from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
-from attnmt.runtime.device import describe, resolve_device
+from attnmt.runtime.device import describe, enable_tf32, resolve_device
 from attnmt.runtime.tables import format_table
 from attnmt.training.trainer import Trainer
 
@@ -369,8 +369,8 @@ def compare_mechanisms(
             out=out, config=str(config_path), mechanisms=mechanisms, runs=runs, split=split_name, beam=beam,
             limits=limits, set_options=list(set_options), saliency=saliency,
         )
-        (say or log)(describe(resolve_device(first[mechanisms[0]].training.device),
-                              first[mechanisms[0]].training.precision))
+        where = resolve_device(first[mechanisms[0]].training.device)
+        (say or log)(describe(where, first[mechanisms[0]].training.precision, enable_tf32(where)))  # as trained
         total = len(mechanisms) * runs
         number = 0
         for seed in range(1, runs + 1):
