@@ -11,6 +11,7 @@ here they name the command's options instead (``--batch-size 4``, ``--overwrite`
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import re
@@ -18,6 +19,7 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from typing import NoReturn
 
 from attnmt._version import __version__
@@ -103,23 +105,54 @@ def _unsafe_to_interrupt(frame) -> bool:
     return False
 
 
+def _ask_again(signal_number: int) -> None:
+    """Send the stop to this process again in 50 ms, when the main thread is somewhere else."""
+    retry = threading.Timer(0.05, os.kill, (os.getpid(), signal_number))
+    retry.daemon = True
+    retry.start()
+
+
+_raised_stops: list[int] = []  # the signal of each KeyboardInterrupt _interrupt raised
+
+
 def _interrupt(signal_number: int, frame) -> None:
     if _unsafe_to_interrupt(frame):  # ask again in 50 ms, until the main thread is somewhere safe
-        retry = threading.Timer(0.05, os.kill, (os.getpid(), signal_number))
-        retry.daemon = True
-        retry.start()
+        _ask_again(signal_number)
         return
+    _raised_stops.append(signal_number)
     raise KeyboardInterrupt
 
 
-def stop_on_signals() -> dict:
+def _stop_lost_in_a_callback(unraisable, previous_hook) -> None:
+    """``sys.unraisablehook`` while stops are caught. A weakref callback defined in a library (one of
+    matplotlib's, say) shows no sign of being one to ``_unsafe_to_interrupt``: a stop raised there
+    reaches Python as an exception it cannot raise, which it prints with a traceback ("Exception
+    ignored in ...") and drops. That stop is asked again, silently; anything else goes to the
+    previous hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _raised_stops:
+        _ask_again(_raised_stops[-1])
+        return
+    previous_hook(unraisable)
+
+
+def stop_on_signals() -> Callable[[], None]:
     """SIGINT (Ctrl-C) and SIGTERM (``kill``, a job scheduler's stop) stop a command the same way:
     files being written are finished or removed, temporary files and folders cleaned up, exit
-    status 130. A stop that comes where raising is unsafe (``_unsafe_to_interrupt``) is asked
-    again 50 ms later. Returns the previous handlers."""
+    status 130. A stop that comes where raising is unsafe (``_unsafe_to_interrupt``), or one that
+    Python drops in a callback, is asked again 50 ms later. Returns what puts the caller's
+    handlers back."""
     if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {number: signal.signal(number, _interrupt) for number in STOP_SIGNALS}
+        return lambda: None
+    handlers = {number: signal.signal(number, _interrupt) for number in STOP_SIGNALS}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_stop_lost_in_a_callback, previous_hook=previous_hook)
+
+    def restore() -> None:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        sys.unraisablehook = previous_hook
+
+    return restore
 
 
 def finish_without_stops() -> None:
@@ -166,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     show_warnings_in_one_line(args.command)
     if argv is None and args.command in KEEP_FREED_MEMORY:  # attnmt is the process
         keep_freed_memory()
-    previous_handlers = stop_on_signals()
+    restore_stops = stop_on_signals()
     try:
         return int(args.run(args) or 0)
     except AttnmtError as error:
@@ -179,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # attnmt is the process (the console script, python -m attnmt)
             finish_without_stops()
         else:  # a caller's process (tests, notebooks): its own handlers again
-            for number, handler in previous_handlers.items():
-                signal.signal(number, handler)
+            restore_stops()
 
 
 if __name__ == "__main__":
