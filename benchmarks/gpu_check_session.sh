@@ -14,15 +14,8 @@
 #   SMOKE=1 OUT=/tmp/gpu-smoke ATTNMT_DATA_DIR=../shared/data bash benchmarks/gpu_check_session.sh  # CPU check
 #
 # .gpudata holds multi30k/ (the data) and ckpt/rnn, ckpt/transformer (best.pt, config, tokenizer).
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/session.log") 2>&1
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-export ATTNMT_DATA_DIR=${ATTNMT_DATA_DIR:-$PWD/.gpudata}
-PYTHON=${PYTHON:-python3}
+. "$(dirname "$0")/gpu_lease_preamble.sh"
 RUNS=${RUNS:-runs/gpu3}
-stage() { echo "== $(date -u +%H:%M:%S) $*"; }
 if [ -e "$RUNS" ]; then  # never replace a user's runs: a fresh lease's tree has none
     stage "$RUNS exists: move it away; nothing is run"; exit 1
 fi

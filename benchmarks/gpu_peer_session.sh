@@ -17,16 +17,9 @@
 # .gpudata holds multi30k/ (the data) and peer/spm.joint.model (the sentencepiece model attnmt trains
 # for these recipes, for JoeyNMT); .whl the wheels JoeyNMT needs there (joeynmt 2.3.0, subword-nmt,
 # importlib_metadata, and sentencepiece 0.2.0: JoeyNMT calls SetVocabulary, which 0.2.2 lacks).
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/session.log") 2>&1
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-export ATTNMT_DATA_DIR=${ATTNMT_DATA_DIR:-$PWD/.gpudata}
-PYTHON=${PYTHON:-python3}
+. "$(dirname "$0")/gpu_lease_preamble.sh"
 RUNS=${RUNS:-runs/gpu2}
 PEER=runs/peer
-stage() { echo "== $(date -u +%H:%M:%S) $*"; }
 DEADLINE=$((SECONDS + ${BUDGET_S:-560}))  # everything ends by then; the runs are packed after it
 within() { local rest=$((DEADLINE - SECONDS)); echo $(( $1 < rest ? $1 : (rest > 5 ? rest : 5) )); }  # seconds
 if [ -e "$RUNS" ] || [ -e "$PEER" ]; then  # never replace a user's runs: a fresh lease's tree has none

@@ -15,16 +15,10 @@
 # STAGES chooses among "speed recipes decode" (the default) and "tests" (tests/test_cuda.py alone,
 # when the recipes do not run), e.g. STAGES="speed tests" for a rerun after a fix.
 # Results land in $OUT; `python benchmarks/gpu.py report` puts them into benchmarks/results/gpu.json.
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/session.log") 2>&1
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-export ATTNMT_DATA_DIR=${ATTNMT_DATA_DIR:-$PWD/.gpudata}
-PYTHON=${PYTHON:-python3}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+. "$(dirname "$0")/gpu_lease_preamble.sh"
 RUNS=${RUNS:-runs/gpu}
 STAGES=" ${STAGES:-speed recipes decode} "
-stage() { echo "== $(date -u +%H:%M:%S) $*"; }
 want() { [[ "$STAGES" == *" $1 "* ]]; }
 
 if [ "${SMOKE:-0}" = 1 ]; then  # the same steps on a CPU in seconds: a check of this script
