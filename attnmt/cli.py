@@ -112,14 +112,15 @@ def _ask_again(signal_number: int) -> None:
     retry.start()
 
 
-_raised_stops: list[int] = []  # the signal of each KeyboardInterrupt _interrupt raised
+_last_stop: int | None = None  # the signal of the last KeyboardInterrupt _interrupt raised
 
 
 def _interrupt(signal_number: int, frame) -> None:
     if _unsafe_to_interrupt(frame):  # ask again in 50 ms, until the main thread is somewhere safe
         _ask_again(signal_number)
         return
-    _raised_stops.append(signal_number)
+    global _last_stop
+    _last_stop = signal_number
     raise KeyboardInterrupt
 
 
@@ -129,8 +130,8 @@ def _stop_lost_in_a_callback(unraisable, previous_hook) -> None:
     reaches Python as an exception it cannot raise, which it prints with a traceback ("Exception
     ignored in ...") and drops. That stop is asked again, silently; anything else goes to the
     previous hook."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _raised_stops:
-        _ask_again(_raised_stops[-1])
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _last_stop is not None:
+        _ask_again(_last_stop)
         return
     previous_hook(unraisable)
 
