@@ -71,6 +71,7 @@ from attnmt.attention.registry import build_attention, canonical_name, is_builti
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
 from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
+from attnmt.models.dropout import DROPOUT_MASKS, Dropout, dropout
 from attnmt.runtime.renames import renamed_keys
 
 # On CUDA, cuDNN copies the four weight tensors of a layer into one buffer at each torch.lstm call of
@@ -111,6 +112,8 @@ class RNNConfig:
     encoder_layers      L_e, stacked bidirectional layers
     decoder_layers      L_d, stacked decoder layers
     dropout             on embeddings, the output layer's input and between stacked layers
+    dropout_mask        how its masks are drawn: "bernoulli" (F.dropout) or "bytes", cheaper on a
+                        CPU (``attnmt.models.dropout``)
     cell                "lstm" or "gru"
     attention           a registry name (``attnmt.attention.ATTENTION_TYPES``), aliases allowed
     attention_options   keyword options of that mechanism, e.g. {"kq_dim": 256} for scaled_dot
@@ -126,6 +129,7 @@ class RNNConfig:
     encoder_layers: int = 1
     decoder_layers: int = 1
     dropout: float = 0.3
+    dropout_mask: str = "bernoulli"
     cell: str = "lstm"
     attention: str = "scaled_dot"
     attention_options: dict[str, Any] = field(default_factory=dict)
@@ -187,6 +191,7 @@ class RNNConfig:
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ConfigError(f"model.dropout must be a number in [0, 1), got {self.dropout!r}")
         self.dropout = float(self.dropout)
+        self.dropout_mask = _require_choice("dropout_mask", self.dropout_mask, DROPOUT_MASKS)
         self.cell = _require_choice("cell", self.cell, CELLS)
         self.flow = _require_choice("flow", self.flow, FLOWS)
         for name in ("tie_output", "output_embedding"):
@@ -376,7 +381,7 @@ class RNNSeq2Seq(nn.Module):
             self.output_bias = nn.Parameter(torch.zeros(tgt_vocab_size))
         else:
             self.output = nn.Linear(output_input, tgt_vocab_size)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, config.dropout_mask)
 
         for embedding in (self.src_embedding, self.tgt_embedding):
             # Small embeddings: with tied output weights N(0, 1) rows would give huge first logits.
@@ -429,7 +434,7 @@ class RNNSeq2Seq(nn.Module):
         inputs, finals = embedded, []
         for layer in range(rnn.num_layers):
             if layer > 0:
-                inputs = F.dropout(inputs, rnn.dropout, self.training)
+                inputs = dropout(inputs, rnn.dropout, self.training, self.config.dropout_mask)
             outputs = []
             for suffix, order in (("", None), ("_reverse", reverse)):
                 weights = [getattr(rnn, f"{name}_l{layer}{suffix}")
@@ -559,7 +564,7 @@ class RNNSeq2Seq(nn.Module):
         hiddens, cells = [], []
         for layer in range(rnn.num_layers):
             if layer > 0 and rnn.dropout > 0:
-                inputs = F.dropout(inputs, rnn.dropout, self.training)
+                inputs = dropout(inputs, rnn.dropout, self.training, self.config.dropout_mask)
             weights = (
                 getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}"),
                 getattr(rnn, f"bias_ih_l{layer}"), getattr(rnn, f"bias_hh_l{layer}"),
