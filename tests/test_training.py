@@ -229,6 +229,7 @@ def test_unknown_config_key_names_key_and_file(tmp_path):
     ("label_smoothing", 1.5, "training.label_smoothing"),
     ("early_stopping_patience", "3", "training.early_stopping_patience"),
     ("precision", "fp8", r"training.precision: must be one of fp32, bf16, fp16, got 'fp8'"),
+    ("adam", "lamb", r"training.adam: must be one of fused, foreach, for_loop, pytorch"),
 ])
 def test_invalid_training_values(key, value, message):
     with pytest.raises(ConfigError, match=message):

@@ -146,12 +146,15 @@ def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
 
 
 def read_saved_config(run_dir: str | Path) -> dict | None:
-    """The run's ``config.yaml`` as a plain dict, None when there is none; ConfigError when unreadable."""
+    """The run's ``config.yaml`` as a plain dict, None when there is none; ConfigError when unreadable.
+
+    A run saved before an option existed ran as ``SAVED_BEFORE_OPTIONS`` says, which the dict then
+    holds: a new default must not change a run half-way through (``train --resume``)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         return None
     try:
-        return yaml_load(path.read_text(encoding="utf-8"))
+        return _with_old_defaults(yaml_load(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: cannot read the run's config ({error})") from None
 
@@ -199,6 +202,20 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
             setattr(saved.training, key, value)
     saved.training.validate()
     return saved
+
+
+#: training options added after runs were saved without them: the value such a run trained with,
+#: where it is not the option's default
+SAVED_BEFORE_OPTIONS = {"adam": "pytorch"}
+
+
+def _with_old_defaults(saved_config: dict) -> dict:
+    """``saved_config`` with ``SAVED_BEFORE_OPTIONS`` filled in where its training section lacks them."""
+    training = saved_config.get("training") if isinstance(saved_config, dict) else None
+    if not isinstance(training, dict) or all(key in training for key in SAVED_BEFORE_OPTIONS):
+        return saved_config
+    missing = {key: value for key, value in SAVED_BEFORE_OPTIONS.items() if key not in training}
+    return {**saved_config, "training": {**training, **missing}}
 
 
 # ------------------------------------------------------------------------------- metrics.jsonl

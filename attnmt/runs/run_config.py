@@ -59,6 +59,8 @@ __all__ = ["MAX_LEN_A", "MAX_LEN_B", "RunConfig", "SearchConfig", "TrainingConfi
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine", "warmdown")
+#: how Adam updates the weights (``training.adam``); "pytorch" is what runs saved before the option used
+ADAM_FORMS = ("fused", "foreach", "for_loop", "pytorch")
 
 
 #: what each value of the ``training:`` section must be, checked in this order (``TrainingConfig.validate``)
@@ -74,6 +76,7 @@ TRAINING_RULES = {
     "max_minutes": optional(number(above=0)),
     "clip_norm": optional(number(above=0)),
     "lr_schedule": one_of(LR_SCHEDULES),
+    "adam": one_of(ADAM_FORMS),
     "warmup_steps": integer(0),
     "warmdown_share": number(above=0, at_most=1),
     "label_smoothing": number(at_least=0, below=1),
@@ -102,6 +105,12 @@ class TrainingConfig:
     seed                     fixes initialisation, dropout and data order (the order of epoch e is a
                              function of (seed, e) only, which makes an exact resume possible)
     lr                       Adam learning rate
+    adam                     how Adam's update runs (the same equations, rounded apart by ~1e-7):
+                             "fused", one kernel over every weight (the default, 7 times faster than
+                             "for_loop" on a CPU: docs/results.md, "Adam in one kernel"); "foreach",
+                             one operation over a list of weights; "for_loop", one weight at a time;
+                             "pytorch", PyTorch's own choice (foreach on CUDA, else for_loop), which
+                             a run saved before this option resumes with
     max_epochs               stop after this many passes over the training data
     max_steps                stop after this many optimizer steps (null = no limit)
     max_minutes              stop after this much training time, summed over resumes (null = no limit)
@@ -166,6 +175,7 @@ class TrainingConfig:
     max_minutes: float | None = None
     clip_norm: float | None = 1.0
     lr_schedule: str = "constant"
+    adam: str = "fused"
     warmup_steps: int = 0
     warmdown_share: float = 0.2
     label_smoothing: float = 0.1

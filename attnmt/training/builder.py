@@ -37,6 +37,7 @@ from attnmt.runtime.device import available_memory, describe, enable_tf32, memor
 from attnmt.runtime.precision import grad_scaler
 from attnmt.training.averaging import WeightAverage
 from attnmt.training.distributed import DistributedContext, training_threads
+from attnmt.training.optimizer import build_adam, load_adam_state
 from attnmt.training.randomness import restore_rng_state, seed_everything
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
 from attnmt.training.statistics import Progress, RunningStatistics
@@ -155,7 +156,7 @@ def _build_training(
         raise ConfigError(f"model: the model this config describes does not fit in the memory of {device} "
                           f"({str(error).splitlines()[0][:160]}); make it smaller") from None
     _check_batch_memory(data.max_tokens, train_ids.src_ids, train_ids.tgt_ids, tokenizers.tgt.vocab_size, device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=training.lr)
+    optimizer = build_adam(model, training.lr, training.adam)
     parts = TrainingParts(
         config=config, run_dir=run_dir, context=context, tokenizers=tokenizers,
         train_src=train_ids.src_ids, train_tgt=train_ids.tgt_ids, valid_corpus=valid_corpus,
@@ -284,7 +285,7 @@ def _restore(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None])
             raise CheckpointError(f"{path}: training.ema_decay is set, but the checkpoint holds no weight_average "
                                   f"(saved by another config)")
         parts.average.restore(checkpoint["weight_average"], str(path))
-    parts.optimizer.load_state_dict(checkpoint["optimizer"])
+    load_adam_state(parts.optimizer, checkpoint["optimizer"], parts.config.training.adam)
     parts.schedule.load_state_dict(checkpoint["scheduler"])
     if parts.scaler.is_enabled() and checkpoint.get("scaler"):
         parts.scaler.load_state_dict(checkpoint["scaler"])
