@@ -11,6 +11,9 @@ warmdown`` or ``cosine``) trains one run per seed and budget instead, as a user 
 budget gets. Run it on an otherwise idle machine:
 the budgets are wall-clock minutes. Prints a table and writes
 benchmarks/results/multi30k_rnn_fast.json.
+
+A run folder that already holds a finished run of a seed and budget (a trial on validation of the
+same config, moved there) is scored as it is, not trained again.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import recipe
 from portable import portable
 
 from attnmt.cli import main as attnmt_cli
-from attnmt.errors import ConfigError
+from attnmt.errors import ConfigError, ConfigMismatch
+from attnmt.runs.folder import read_saved_config, resolve_resume_config, training_finished
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
@@ -38,6 +42,18 @@ RESULTS = PROJECT / "benchmarks" / "results"
 def spread(values: list[float]) -> dict:
     return {"mean": round(statistics.mean(values), 2),
             "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0, "values": values}
+
+
+def already_trained(run: Path, config: Path, seed: int, minutes: float) -> bool:
+    """Whether ``run`` is a finished run of ``config`` with ``seed`` and a budget of ``minutes``."""
+    saved = read_saved_config(run)
+    if saved is None or not training_finished(run) or saved["training"].get("max_minutes") != minutes:
+        return False
+    try:
+        resolve_resume_config(saved, load_config(config, {"seed": seed}), {}, run)
+    except ConfigMismatch:
+        return False
+    return True
 
 
 def main() -> int:
@@ -65,9 +81,13 @@ def main() -> int:
                 run, resume = args.runs / f"seed{seed}", number > 0
             command = ["train", "--out", str(run), "--no-progress", "--max-minutes", f"{minutes:g}"]
             command += ["--resume"] if resume else ["--config", str(config), "--seed", str(seed)]
-            code = attnmt_cli(command)
-            if code:
-                return code
+            if already_trained(run, config, seed, minutes):
+                print(f"{run}: a finished run of seed {seed} and {minutes:g} minutes: scored, not trained again",
+                      file=sys.stderr)
+            else:
+                code = attnmt_cli(command)
+                if code:
+                    return code
             out = args.scores / f"{minutes:g}min-seed{seed}.json"
             code = recipe.main(["--run", str(run), "--json", str(out)])
             if code:

@@ -34,6 +34,8 @@ def summarize(run: Path) -> dict:
     valid_beam5 = json.loads(scored.read_text(encoding="utf-8")) if scored.is_file() else None
     return {
         "model": {key: config["model"].get(key) for key in ("embed_dim", "hidden_dim", "dropout")},
+        "dropout_mask": config["model"].get("dropout_mask", "bernoulli"),
+        "adam": config["training"].get("adam", "pytorch"),  # a run saved before the option: PyTorch's choice
         "vocab_size": config["data"]["vocab_size"], "max_tokens": config["data"]["max_tokens"],
         "lr": config["training"]["lr"], "lr_schedule": config["training"].get("lr_schedule", "constant"),
         "precision": config["training"].get("precision", "fp32"),

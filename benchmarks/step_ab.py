@@ -1,0 +1,163 @@
+"""One lever of a training step, A against B on the same batches: what it gives a step on this machine.
+
+A recipe's whole training step (forward, backward, clipping, Adam, as ``benchmarks/utilisation.py``
+takes it) runs on the same batches with each value of the lever, in the order A B … then … B A,
+round after round, so that a slow moment of the machine falls on every value. Reports each value's
+median target tokens/s, its ratio to the first value (the baseline), and how many rounds it lost.
+
+    python benchmarks/step_ab.py --lever adam --json benchmarks/results/step_ab_adam.json
+    python benchmarks/step_ab.py --lever dropout_mask --json benchmarks/results/step_ab_dropout_mask.json
+
+Levers:
+- ``adam``: ``training.adam`` for_loop (what runs before the option used on a CPU), foreach, fused.
+  Also times the optimizer's step alone, the median of 100 after 5.
+- ``dropout_mask``: ``model.dropout_mask`` bernoulli, bytes (RNN recipes).
+
+Needs the Multi30k files (``ATTNMT_DATA_DIR``); trains each recipe's tokenizers in a temporary
+folder first. Run it on an otherwise idle machine. Prints a table; writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from portable import portable
+
+from attnmt.data import batch_indices, collate
+from attnmt.models.dropout import Dropout
+from attnmt.runs.run_config import load_config
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
+from attnmt.training.builder import build_training
+from attnmt.training.distributed import DistributedContext
+from attnmt.training.optimizer import build_adam, load_adam_state
+from attnmt.training.step import backward_on_batch
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def use_adam(parts, form: str) -> None:
+    """Adam in ``form`` from here on, with the state the optimizer had."""
+    state = parts.optimizer.state_dict()
+    parts.optimizer = build_adam(parts.model, parts.config.training.lr, form)
+    load_adam_state(parts.optimizer, state, form)
+
+
+def use_dropout_mask(parts, mask: str) -> None:
+    """Every dropout of an RNN translator draws ``mask`` from here on."""
+    parts.model.config.dropout_mask = mask
+    for module in parts.model.modules():
+        if isinstance(module, Dropout):
+            module.mask = mask
+
+
+LEVERS = {"adam": (("for_loop", "foreach", "fused"), use_adam),
+          "dropout_mask": (("bernoulli", "bytes"), use_dropout_mask)}
+
+
+def optimizer_step_ms(parts, forms: tuple[str, ...], calls: int = 100) -> dict[str, float]:
+    """Milliseconds of one ``optimizer.step()`` in each form, on gradients of the model's size."""
+    for parameter in parts.model.parameters():
+        parameter.grad = torch.randn_like(parameter) * 1e-3
+    timings = {}
+    for form in forms:
+        use_adam(parts, form)
+        for _ in range(5):
+            parts.optimizer.step()
+        started = time.perf_counter()
+        for _ in range(calls):
+            parts.optimizer.step()
+        timings[form] = round((time.perf_counter() - started) / calls * 1e3, 3)
+    return timings
+
+
+def measure(config_path: str, lever: str, batches_per_round: int, rounds: int, folder: Path) -> dict:
+    values, switch = LEVERS[lever]
+    config = load_config(PROJECT / config_path)
+    parts = build_training(config, folder / "run", False, DistributedContext(), lambda message: None)
+    model, training = parts.model, config.training
+    model.train()
+    positions = batch_indices([len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
+                              max_tokens=config.data.max_tokens, shuffle=True, seed=training.seed, epoch=0)
+    batches = [collate(parts.train_src, parts.train_tgt, indices) for indices in positions[:batches_per_round + 10]]
+
+    def step(batch) -> None:
+        parts.optimizer.zero_grad(set_to_none=True)
+        backward_on_batch(model, batch, training.label_smoothing, int(batch.tgt_mask.sum()),
+                          precision=training.precision)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm or float("inf"))
+        parts.optimizer.step()
+
+    for batch in batches[:10]:  # warm-up: the allocator and oneDNN's kernels
+        step(batch)
+    timed = batches[10:]
+    tokens = sum(int(batch.tgt_mask.sum()) for batch in timed)
+    speeds: dict[str, list[float]] = {value: [] for value in values}
+    for round_index in range(rounds):
+        for value in values if round_index % 2 == 0 else values[::-1]:
+            switch(parts, value)
+            started = time.perf_counter()
+            for batch in timed:
+                step(batch)
+            speeds[value].append(tokens / (time.perf_counter() - started))
+    baseline = values[0]
+    medians = {value: statistics.median(speeds[value]) for value in values}
+    result = {
+        "config": config_path, "lever": lever, "baseline": baseline, "precision": training.precision,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "batches_per_round": len(timed), "target_tokens_per_round": tokens, "rounds": rounds,
+        "tokens_per_s": {value: [round(v) for v in speeds[value]] for value in values},
+        "tokens_per_s_median": {value: round(medians[value]) for value in values},
+        "speedup": {value: round(medians[value] / medians[baseline], 3) for value in values},
+        "rounds_slower_than_baseline": {value: sum(v < b for v, b in zip(speeds[value], speeds[baseline]))
+                                        for value in values[1:]},
+    }
+    if lever == "adam":
+        result["optimizer_step_ms"] = optimizer_step_ms(parts, values)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="*", default=["configs/multi30k_rnn_15min.yaml"],
+                        help="recipes (default: the fifteen-minute RNN)")
+    parser.add_argument("--lever", choices=sorted(LEVERS), required=True)
+    parser.add_argument("--batches", type=int, default=50, help="batches a round trains on (default 50)")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds of each value (default 12)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    results = []
+    for config_path in args.configs:
+        with tempfile.TemporaryDirectory(prefix="attnmt-step-ab-") as folder:
+            print(f"{config_path}: {args.rounds} rounds of {args.batches} steps with each {args.lever} ...",
+                  file=sys.stderr)
+            results.append(measure(config_path, args.lever, args.batches, args.rounds, Path(folder)))
+    rows = []
+    for r in results:
+        for value, median in r["tokens_per_s_median"].items():
+            lost = r["rounds_slower_than_baseline"].get(value)
+            rows.append([r["config"], value, median, f"{r['speedup'][value]:.3f}x",
+                         "-" if lost is None else f"{lost}/{r['rounds']}",
+                         r.get("optimizer_step_ms", {}).get(value, "-")])
+    print(format_table(["recipe", args.lever, "target tok/s", "against the first", "rounds slower",
+                        "optimizer step ms"], rows))
+    write_text_atomic(args.json, json.dumps(portable({
+        "threads": args.threads, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+        "results": results,
+    }), indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
