@@ -82,6 +82,8 @@ def optimizer_step_ms(parts, forms: tuple[str, ...], calls: int = 100) -> dict[s
 def measure(config_path: str, lever: str, batches_per_round: int, rounds: int, folder: Path) -> dict:
     values, switch = LEVERS[lever]
     config = load_config(PROJECT / config_path)
+    if lever == "dropout_mask" and not hasattr(config.model, "dropout_mask"):
+        raise SystemExit(f"step_ab.py: {config_path}: --lever dropout_mask needs an RNN recipe (model.type: rnn)")
     parts = build_training(config, folder / "run", False, DistributedContext(), lambda message: None)
     model, training = parts.model, config.training
     model.train()

@@ -106,8 +106,8 @@ class TrainingConfig:
                              function of (seed, e) only, which makes an exact resume possible)
     lr                       Adam learning rate
     adam                     how Adam's update runs (the same equations, rounded apart by ~1e-7):
-                             "fused", one kernel over every weight (the default, 7 times faster than
-                             "for_loop" on a CPU: docs/results.md, "Adam in one kernel"); "foreach",
+                             "fused", one kernel over every weight (the default, several times faster
+                             than "for_loop" on a CPU: docs/results.md, "Adam in one kernel"); "foreach",
                              one operation over a list of weights; "for_loop", one weight at a time;
                              "pytorch", PyTorch's own choice (foreach on CUDA, else for_loop), which
                              a run saved before this option resumes with
