@@ -17,10 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
 from portable import portable
 
-from attnmt.runs.folder import eval_json_path
+from attnmt.runs.folder import eval_json_path, read_saved_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -29,13 +28,13 @@ def summarize(run: Path) -> dict:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     summary = [r for r in records if r["type"] == "summary"][-1]
     train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
-    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    config = read_saved_config(run)  # with the values of options a run saved before them ran with
     scored = eval_json_path(run, "val", beam=5)  # what `attnmt evaluate RUN --split valid --beam 5` wrote
     valid_beam5 = json.loads(scored.read_text(encoding="utf-8")) if scored.is_file() else None
     return {
         "model": {key: config["model"].get(key) for key in ("embed_dim", "hidden_dim", "dropout")},
         "dropout_mask": config["model"].get("dropout_mask", "bernoulli"),
-        "adam": config["training"].get("adam", "pytorch"),  # a run saved before the option: PyTorch's choice
+        "adam": config["training"]["adam"],
         "vocab_size": config["data"]["vocab_size"], "max_tokens": config["data"]["max_tokens"],
         "lr": config["training"]["lr"], "lr_schedule": config["training"].get("lr_schedule", "constant"),
         "precision": config["training"].get("precision", "fp32"),

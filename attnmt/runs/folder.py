@@ -212,10 +212,10 @@ SAVED_BEFORE_OPTIONS = {"adam": "pytorch"}
 def _with_old_defaults(saved_config: dict) -> dict:
     """``saved_config`` with ``SAVED_BEFORE_OPTIONS`` filled in where its training section lacks them."""
     training = saved_config.get("training") if isinstance(saved_config, dict) else None
-    if not isinstance(training, dict) or all(key in training for key in SAVED_BEFORE_OPTIONS):
-        return saved_config
+    if not isinstance(training, dict):
+        return saved_config  # not a run config: RunConfig.from_dict says what is wrong with it
     missing = {key: value for key, value in SAVED_BEFORE_OPTIONS.items() if key not in training}
-    return {**saved_config, "training": {**training, **missing}}
+    return {**saved_config, "training": {**training, **missing}} if missing else saved_config
 
 
 # ------------------------------------------------------------------------------- metrics.jsonl
