@@ -21,6 +21,9 @@ pytestmark = pytest.mark.slow  # translates, evaluates and resumes a run
 
 LEGACY = Path(__file__).resolve().parent / "data" / "runs-0.1.0"
 EXPECTED = json.loads((LEGACY / "expected.json").read_text(encoding="utf-8"))
+#: floats from the same computation on another processor: its vector units round otherwise (on the
+#: host of a GPU machine a resumed loss differed by 9e-8; on an AVX2-only CPU a perplexity by 4e-8)
+FLOAT_RTOL = 1e-6
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ def assert_records_match(records: list[dict], expected: list[dict]) -> None:
         assert record.keys() == wanted.keys()
         for key, value in wanted.items():
             if isinstance(value, float):
-                assert record[key] == pytest.approx(value, rel=1e-6), (record.get("step"), key)
+                assert record[key] == pytest.approx(value, rel=FLOAT_RTOL), (record.get("step"), key)
             else:
                 assert record[key] == value, (record.get("step"), key)
 
@@ -68,7 +71,7 @@ def test_a_run_of_0_1_0_evaluates_as_it_did(legacy_run, capsys):
                          "-n", "0", "--device", "cpu"]) == 0
         name = "eval-valid.json" if beam == "1" else f"eval-valid-beam{beam}.json"
         report = json.loads((legacy_run / name).read_text(encoding="utf-8"))
-        assert {key: report[key] for key in expected} == pytest.approx(expected, abs=1e-9)
+        assert {key: report[key] for key in expected} == pytest.approx(expected, rel=FLOAT_RTOL, abs=1e-9)
 
 
 def test_a_run_of_0_1_0_resumes_as_it_did(legacy_run, capsys):
@@ -102,7 +105,7 @@ def test_relative_data_paths_in_the_run_config_start_at_the_run_folder(legacy_ru
                      "--device", "cpu"]) == 0
     report = json.loads((legacy_run / "eval-valid.json").read_text(encoding="utf-8"))
     expected = EXPECTED["rnn"]["evaluation"]["1"]
-    assert {key: report[key] for key in expected} == pytest.approx(expected, abs=1e-9)
+    assert {key: report[key] for key in expected} == pytest.approx(expected, rel=FLOAT_RTOL, abs=1e-9)
     assert cli_main(["train", "--out", str(legacy_run), "--resume", "--max-steps", "20", "--no-progress",
                      "--device", "cpu"]) == 0
     records = [json.loads(line) for line in (legacy_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -57,7 +57,9 @@ stacked RNN layers. Every step flow shares one step function between ``forward``
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -440,9 +442,8 @@ class RNNSeq2Seq(nn.Module):
                 weights = [getattr(rnn, f"{name}_l{layer}{suffix}")
                            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
                 sequence = inputs if order is None else _gather_time(inputs, order)
-                with warnings.catch_warnings():  # here, not at import: pytest or a notebook may reset filters
-                    warnings.filterwarnings("ignore", message=CUDNN_WEIGHT_COPY_WARNING, category=UserWarning)
-                    states = run(sequence, hx, weights, True, 1, 0.0, self.training, False, True)[0]  # [B, S, H_e]
+                layer_run = functools.partial(_one_layer, run, weights=weights, training=self.training)
+                states = _recurrent(layer_run, sequence, hx)  # [B, S, H_e]
                 # The direction's final state: at the last real token of the sequence it read.
                 finals.append(_gather_time(states, last).squeeze(1))
                 outputs.append(states if order is None else _gather_time(states, order))
@@ -503,7 +504,7 @@ class RNNSeq2Seq(nn.Module):
 
         embedded [B, T, E] -> features [B, T, D_c + H (+E)], weights [B, T, S] or [B, h, T, S].
         """
-        outputs, _ = self.decoder_rnn(embedded, state.rnn_state)  # h_1..T: [B, T, H]
+        outputs, _ = _recurrent(self.decoder_rnn, embedded, state.rnn_state)  # h_1..T: [B, T, H]
         context, weights = self._attend(outputs, prepared, None, heads)  # a: [B, T, D_c]
         return self._features([context, outputs], embedded), weights
 
@@ -682,6 +683,43 @@ def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
     if not torch.equal(src_mask, padding_mask(lengths, src.shape[1])):
         raise ValueError("src_mask must be right-padded: True for the first src_lengths positions of a row, then False")
     return lengths
+
+
+#: False once oneDNN has refused a bf16 LSTM on this CPU (no AVX512: "could not create a primitive
+#: descriptor for the LSTM forward propagation primitive"); such LSTMs then run in float32
+_cpu_bf16_sequences = True
+
+
+def _recurrent(call: Callable[[torch.Tensor, Any], Any], sequence: torch.Tensor, hx: Any) -> Any:
+    """``call(sequence, hx)``: an LSTM or GRU over a whole sequence. Under CPU bf16 autocast PyTorch
+    hands an LSTM to oneDNN, which has no bf16 kernel on CPUs without AVX512; there the recurrence
+    runs in float32 (the rest of the model stays in bf16)."""
+    global _cpu_bf16_sequences
+    cpu_bf16 = sequence.device.type == "cpu" and torch.is_autocast_enabled("cpu") and \
+        torch.get_autocast_dtype("cpu") == torch.bfloat16
+    with warnings.catch_warnings():  # here, not at import: pytest or a notebook may reset filters
+        warnings.filterwarnings("ignore", message=CUDNN_WEIGHT_COPY_WARNING, category=UserWarning)
+        if not cpu_bf16 or _cpu_bf16_sequences:
+            try:
+                return call(sequence, hx)
+            except RuntimeError as error:
+                if not cpu_bf16 or "primitive descriptor" not in str(error):
+                    raise
+                _cpu_bf16_sequences = False
+        with torch.autocast("cpu", enabled=False):
+            return call(sequence.float(), _as_float(hx))
+
+
+def _one_layer(run, sequence: torch.Tensor, hx: Any, weights: list[torch.Tensor], training: bool) -> torch.Tensor:
+    """``torch.lstm`` / ``torch.gru`` (``run``) of one layer in one direction, batch-first: [B, S, H]."""
+    return run(sequence, hx, weights, True, 1, 0.0, training, False, True)[0]
+
+
+def _as_float(hx: Any) -> Any:
+    """An RNN's initial state (None, a tensor, or an LSTM's pair) in float32."""
+    if hx is None or isinstance(hx, torch.Tensor):
+        return None if hx is None else hx.float()
+    return tuple(h.float() for h in hx)
 
 
 def _check_autocast(cell: str, device: torch.device) -> None:
