@@ -6,6 +6,8 @@ test fails instead, so CI never passes by silently running less."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,17 @@ from attnmt.cli import main as cli_main
 from helpers import TINY_MODELS, Browser, find_browser, run_trainer, tiny_run_config, write_corpus
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# The list of code this user trained with (attnmt.attention.trusted_code) lives in a folder of the
+# session's own, set before any test module copies os.environ for its subprocesses: the tests never
+# read or extend the list in the user's home.
+TRUST_FOLDER = Path(tempfile.mkdtemp(prefix="attnmt-tests-trust-"))
+os.environ["ATTNMT_TRUSTED_CODE"] = str(TRUST_FOLDER / "trusted-code.txt")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TRUST_FOLDER, ignore_errors=True)
+
 SHARED_DATA = Path(os.environ.get("ATTNMT_SHARED_DATA", PROJECT_ROOT.parent / "shared" / "data"))
 
 

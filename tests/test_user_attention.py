@@ -21,6 +21,7 @@ from attnmt.alignment.translator_attention import TranslatorAligner
 from attnmt.attention import build_attention, padding_mask
 from attnmt.attention import user as user_module
 from attnmt.attention.conformance import check_mechanism
+from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
 from attnmt.attention.user import UntrustedCodeError, UserCodeError, register_attention
 from attnmt.decoding.translator import Translator
 from attnmt.evaluation.evaluate import evaluate_run
@@ -334,30 +335,54 @@ def copied_run_with_edited_code(user_run, folder: Path, appended: str):
         code.write_text(original)
 
 
+@pytest.fixture
+def another_machine(tmp_path, monkeypatch):
+    """A machine that never trained with the user run's code: an empty list of trusted code."""
+    monkeypatch.setenv(TRUST_FILE_VARIABLE, str(tmp_path / "trusted-elsewhere.txt"))
+    return {**ENV, TRUST_FILE_VARIABLE: str(tmp_path / "trusted-elsewhere.txt")}
+
+
 @pytest.mark.slow
-def test_a_changed_or_missing_file_is_not_imported_without_trust(user_run, tmp_path):
+def test_a_run_trained_here_runs_the_code_it_keeps_whatever_its_file_holds_now(user_run, tmp_path):
     with copied_run_with_edited_code(user_run, tmp_path, "\nraise SystemExit('this must not run')\n") as (run, code):
-        with pytest.raises(UntrustedCodeError, match="has changed since.*trust_run_code=True runs the copy"):
-            Translator.load(run)
-        translator = Translator.load(run, trust_run_code=True)  # the copy kept in the run
+        translator = Translator.load(run)  # the kept copy: this machine trained with it
         assert translator.translate(["Ein hund."])[0].output is not None
-        done = subprocess.run([sys.executable, "-m", "attnmt", "translate", str(run)], input="Ein hund.\n",
-                              capture_output=True, text=True, env=ENV, timeout=120)
-        assert done.returncode == 2 and done.stderr.count("\n") <= 2 and "--trust-run-code" in done.stderr
-        trusted = subprocess.run([sys.executable, "-m", "attnmt", "translate", str(run), "--trust-run-code"],
-                                 input="Ein hund.\n", capture_output=True, text=True, env=ENV, timeout=120)
-        assert trusted.returncode == 0 and trusted.stdout.count("\n") == 1, trusted.stderr
         code.unlink()
-        with pytest.raises(UntrustedCodeError, match="not on this machine"):
-            Translator.load(run)
+        assert Translator.load(run).translate(["Ein hund."])[0].output is not None
 
 
 @pytest.mark.slow
-def test_resuming_a_user_run_checks_its_code_too(user_run, tmp_path):
+def test_a_run_from_elsewhere_runs_no_code_without_consent(user_run, tmp_path, another_machine):
+    source = user_run[0]
+    with pytest.raises(UntrustedCodeError, match="has not trained with that code.*trust_run_code=True"):
+        Translator.load(source / "run")
+    assert Translator.load(source / "run", attention=str(user_run_spec(user_run))).translate(["Ein hund."])
+    done = subprocess.run([sys.executable, "-m", "attnmt", "translate", str(source / "run")], input="Ein hund.\n",
+                          capture_output=True, text=True, env=another_machine, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") <= 2 and "--trust-run-code" in done.stderr
+    with copied_run_with_edited_code(user_run, tmp_path / "named", "\n# edited\n") as (run, _):
+        with pytest.raises(UntrustedCodeError, match="has changed since.*trust_run_code=True runs the copy"):
+            Translator.load(run, attention=user_run_spec(user_run))  # named, but no longer the run's code
+    with copied_run_with_edited_code(user_run, tmp_path, "\nraise SystemExit('this must not run')\n") as (run, _):
+        assert Translator.load(run, trust_run_code=True).translate(["Ein hund."])[0].output is not None
+        trusted = subprocess.run([sys.executable, "-m", "attnmt", "translate", str(run), "--trust-run-code"],
+                                 input="Ein hund.\n", capture_output=True, text=True, env=another_machine, timeout=120)
+        assert trusted.returncode == 0 and trusted.stdout.count("\n") == 1, trusted.stderr
+
+
+def user_run_spec(user_run) -> str:
+    return f"{user_run[1]}:MyAttention"
+
+
+@pytest.mark.slow
+def test_resuming_a_user_run_asks_for_consent_too(user_run, tmp_path, another_machine):
     with copied_run_with_edited_code(user_run, tmp_path, "\n# edited\n") as (run, _):
         config = attnmt.load_config(run / "config.yaml", {"max_steps": 6})
         with pytest.raises(UntrustedCodeError):
             attnmt.train(config, run, resume=True, show_progress=False, verbose=False)
+        with pytest.raises(UntrustedCodeError, match="has changed since"):
+            attnmt.train(config, run, resume=True, show_progress=False, verbose=False,
+                         named_attention=user_run_spec(user_run))
         result = attnmt.train(config, run, resume=True, show_progress=False, verbose=False, trust_run_code=True)
         assert result.step == 6
 

@@ -30,9 +30,13 @@ installed package. A user name never shadows a built-in one: registering it is a
 entry point that tries is skipped with a warning.
 
 Trust. Naming a spec imports it: the user asked for it. A run trained with one keeps a
-``CodeRecord`` (the spec, the file, its SHA-256 and its text) in its checkpoints; loading the run
-imports the named file only where it is found with the same SHA-256 (``resolve_recorded``), and
-otherwise runs the kept copy only when asked to (``trust_run_code``).
+``CodeRecord`` (the spec, the file, its SHA-256 and its text) in its checkpoints. A run folder is
+data from an unknown sender, so loading one never imports a path or module the run names: it runs
+the text the run keeps, and only with the user's consent on this command line
+(``resolve_recorded``): ``trust_run_code``, or the spec named again now (its file must hold the same
+text), or the text's SHA-256 listed in ``attnmt.attention.trusted_code`` (code this user trained
+with on this machine). While a run's model is built (``bound_classes(..., only=True)``) no other user
+name can be imported.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib.metadata import entry_points
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, cast
 
 import torch
@@ -56,6 +60,7 @@ from torch import nn
 
 from attnmt.attention.functional import masked_softmax
 from attnmt.attention.mechanisms import BUILTIN_NAMES, Attention, PreparedKeys
+from attnmt.attention.trusted_code import is_trusted
 from attnmt.errors import ConfigError
 
 __all__ = [
@@ -71,7 +76,7 @@ ENTRY_POINT_GROUP = "attnmt.attention"
 CONTRACT_KEYWORDS = ("query_dim", "key_dim", "value_dim")
 
 _REGISTERED: dict[str, type] = {}  # register_attention and entry points: name -> class
-_BOUND: list[dict[str, type]] = []  # bound_classes: name -> the class a run's record resolved it to
+_BOUND: list[tuple[dict[str, type], bool]] = []  # bound_classes: (name -> class a run's record gave, only)
 _ENTRY_POINTS_READ = False
 
 
@@ -148,9 +153,14 @@ def load_user_class(name: str) -> type:
 
     Raises UserCodeError with one line: a missing file, module or class, or an exception at import."""
     name = name.strip()
-    for bound in reversed(_BOUND):
+    for bound, _ in reversed(_BOUND):
         if name in bound:
             return bound[name]
+    if any(only for _, only in _BOUND):
+        raise UntrustedCodeError(
+            f"attention {name!r}: a run names it, but its code is not the code the run keeps and trusts; "
+            "it is not imported"
+        )
     if name in _REGISTERED:
         return _REGISTERED[name]
     _read_entry_points()
@@ -158,9 +168,9 @@ def load_user_class(name: str) -> type:
         point = _ENTRY_POINT_NAMES[name]
         try:
             cls = point.load()
-        except Exception as error:  # the package's own code failed: report it in one line
+        except (Exception, SystemExit) as error:  # the package's own code failed: report it in one line
             raise UserCodeError(f"attention {name!r} (entry point {point.value}): import failed: "
-                                f"{type(error).__name__}: {error}") from None
+                                f"{raised(error)}") from None
         _check_is_module_class(cls, name)
         _REGISTERED[name] = cls
         return cls
@@ -170,9 +180,11 @@ def load_user_class(name: str) -> type:
 
 
 @contextmanager
-def bound_classes(classes: dict[str, type]) -> Iterator[None]:
-    """Within the block, the names of ``classes`` build those classes (what a run's record resolved)."""
-    _BOUND.append(dict(classes))
+def bound_classes(classes: dict[str, type], only: bool = False) -> Iterator[None]:
+    """Within the block, the names of ``classes`` build those classes (what a run's record resolved);
+    with ``only``, any other user name is refused (UntrustedCodeError) instead of imported: the
+    model of a loaded run is built from what its record resolved, never from a name in its config."""
+    _BOUND.append((dict(classes), only))
     try:
         yield
     finally:
@@ -206,8 +218,9 @@ def _import_spec(spec: str) -> type:
             module = importlib.import_module(target)
         except ModuleNotFoundError as error:
             raise UserCodeError(f"attention {spec!r}: no module {error.name!r} (is it on PYTHONPATH?)") from None
-        except Exception as error:
-            raise UserCodeError(f"attention {spec!r}: import failed: {type(error).__name__}: {error}") from None
+        except (Exception, SystemExit) as error:
+            raise UserCodeError(f"attention {spec!r}: import failed: {raised(error)}; "
+                                f"run attnmt check {spec} to see what is wrong") from None
     cls = getattr(module, class_name, None)
     if cls is None:
         raise UserCodeError(f"attention {spec!r}: {target} has no class {class_name!r}")
@@ -215,28 +228,39 @@ def _import_spec(spec: str) -> type:
     return cls
 
 
-def _import_file(path: Path, label: str, source: str | None = None) -> types.ModuleType:
-    """Import the Python file ``path`` (or run ``source`` as if it were that file) as a module named
-    after its content: the same text is imported once per process, an edited file afresh."""
+def _import_file(path: Path, label: str, source: str | None = None, kept_in: str | None = None) -> types.ModuleType:
+    """Import the Python file ``path`` as a module named after its content: the same text is
+    imported once per process, an edited file afresh. With ``kept_in`` (a run), ``source`` is the
+    text that run keeps: it runs under the name ``path.name (kept in RUN)`` and nothing is read."""
     try:
-        code = source if source is not None else path.read_text(encoding="utf-8")
+        code = source if kept_in is not None and source is not None else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UserCodeError(f"attention {label!r}: cannot read {path}: {error}") from None
-    module_name = f"attnmt_user_{path.stem}_{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+    module_name = f"attnmt_user_{path.stem}_{hashlib.sha256(code.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
     if module_name in sys.modules:
         return sys.modules[module_name]
+    filename = str(path) if kept_in is None else f"{path.name} (kept in {kept_in})"
+    hint = f"; run attnmt check {label} to see what is wrong" if kept_in is None else ""
     module = types.ModuleType(module_name)
-    module.__file__ = str(path)
+    module.__file__ = filename
     sys.modules[module_name] = module  # dataclasses and pickling look the module up there
     try:
-        exec(compile(code, str(path), "exec"), module.__dict__)  # the user named this file, or trusted the run
+        exec(compile(code, filename, "exec"), module.__dict__)  # the user named this file, or trusted the run
     except SyntaxError as error:
         del sys.modules[module_name]
-        raise UserCodeError(f"attention {label!r}: {path}:{error.lineno}: syntax error: {error.msg}") from None
-    except Exception as error:
+        raise UserCodeError(f"attention {label!r}: {filename}:{error.lineno}: syntax error: {error.msg}") from None
+    except (Exception, SystemExit) as error:  # SystemExit: a sys.exit() at import must not end attnmt
         del sys.modules[module_name]
-        raise UserCodeError(f"attention {label!r}: importing {path} failed: {type(error).__name__}: {error}") from None
+        raise UserCodeError(f"attention {label!r}: importing {filename} failed: {raised(error)}{hint}") from None
     return module
+
+
+def raised(error: BaseException) -> str:
+    """What a user's code raised, in a few words on one line (``sys.exit`` included)."""
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r})"
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
 
 
 def _check_is_module_class(cls: Any, label: str) -> None:
@@ -313,9 +337,9 @@ def instantiate(cls: type, label: str, query_dim: int, key_dim: int, value_dim: 
         pass
     try:
         return cls(query_dim=query_dim, key_dim=key_dim, value_dim=value_dim, **options)
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         raise UserCodeError(
-            f"attention {label!r}: {cls.__name__}(...) failed: {type(error).__name__}: {error}"
+            f"attention {label!r}: {cls.__name__}(...) failed: {raised(error)}; run attnmt check {label}"
         ) from None
 
 
@@ -390,36 +414,47 @@ def _class_file(cls: type, name: str) -> Path:
     return Path(file).resolve()
 
 
-def resolve_recorded(record: CodeRecord, trust_run_code: bool, where: str) -> type:
+def resolve_recorded(record: CodeRecord, trust_run_code: bool, where: str, named: str | None = None) -> type:
     """The class a run's ``record`` names, for loading the run (``where`` names it, for messages);
-    build with it inside ``bound_classes({record.spec: cls})``.
+    build with it inside ``bound_classes({record.spec: cls}, only=True)``.
 
-    The code is imported from ``record.path`` only where that file has the recorded SHA-256; else,
-    with ``trust_run_code``, the copy the run keeps is run; else UntrustedCodeError (one line)."""
-    path = Path(record.path)
-    if path.is_file() and _sha256(path) == record.sha256:
-        source = None  # the user's own file, unchanged since training
-    elif trust_run_code:
-        source = record.source
-    else:
-        state = "has changed since" if path.is_file() else "is not on this machine as it was when"
-        raise UntrustedCodeError(
-            f"{where}: its attention {record.spec!r} comes from {path}, which {state} the run was trained; "
-            "trust_run_code=True runs the copy kept in the run instead"
-        )
-    registered = _REGISTERED.get(record.spec)
-    if registered is not None and _sha256(_class_file(registered, record.spec)) == record.sha256:
+    A run is data from an unknown sender: no path or module it names is imported. Its kept text runs
+    when the user consents now: ``trust_run_code``, or its SHA-256 is in the local list of code this
+    user trained with (``attnmt.attention.trusted_code``). ``named``, the spec the user names now,
+    imports that file instead, which must hold the same text. Else UntrustedCodeError (one line)."""
+    digest = hashlib.sha256(record.source.encode("utf-8", "surrogatepass")).hexdigest()
+    class_name = record.spec.rpartition(":")[2]
+    if digest != record.sha256 or (":" in record.spec and not class_name.isidentifier()):
+        raise UserCodeError(f"{where}: its record of the attention's code is damaged (the kept text does not "
+                            "match its SHA-256, or the spec names no class)")
+    if named is not None and named.strip() != record.spec:
+        raise UserCodeError(f"{where}: the run was trained with attention {record.spec!r}, not {named.strip()!r}")
+    registered = _REGISTERED.get(record.spec)  # registered in this process: the user's own code
+    if registered is not None and _sha256(_class_file(registered, record.spec)) == digest:
         return registered
-    module = _import_file(path, record.spec, source=source)
-    class_name = record.spec.rpartition(":")[2] if ":" in record.spec else ""
-    if class_name:
-        cls = getattr(module, class_name, None)
-    else:  # a registered name: the one mechanism class its file defines
-        cls = _single_module_class(module)
-    if cls is None:
-        raise UserCodeError(f"{where}: {path} has no class for attention {record.spec!r}")
-    _check_is_module_class(cls, record.spec)
-    return cls
+    if named is not None:
+        named_class = load_user_class(named)
+        file = _class_file(named_class, named)
+        if _sha256(file) == digest:
+            return named_class
+        if not trust_run_code:
+            raise UntrustedCodeError(
+                f"{where}: its attention {record.spec!r}: {file} has changed since the run was trained; "
+                "trust_run_code=True runs the copy kept in the run instead"
+            )
+    elif not (trust_run_code or is_trusted(digest)):
+        raise UntrustedCodeError(
+            f"{where}: it was trained with your own attention {record.spec!r}, and this machine has not "
+            "trained with that code, so it is not run; read the copy the run keeps (user_attention.py) and "
+            "pass trust_run_code=True to run it"
+        )
+    name = PurePath(record.path).name if record.path.endswith(".py") else "user_attention.py"
+    module = _import_file(Path(name), record.spec, source=record.source, kept_in=where)
+    kept = getattr(module, class_name, None) if ":" in record.spec else _single_module_class(module)
+    if kept is None:
+        raise UserCodeError(f"{where}: the code it keeps has no class for attention {record.spec!r}")
+    _check_is_module_class(kept, record.spec)
+    return kept
 
 
 def _single_module_class(module: types.ModuleType) -> type | None:

@@ -47,6 +47,15 @@ def _default_out(config, config_path: Path | None) -> Path:
     return Path("runs") / f"{name}-{attention}-seed{config.training.seed}"
 
 
+def _max_steps_given(args: argparse.Namespace, saved_path: Path, limit: int) -> str:
+    """training.max_steps as the user gave it: the option, --set, or the line of a config file."""
+    if args.max_steps is not None:
+        return f"--max-steps {limit}"
+    if any(item.replace(" ", "").startswith("training.max_steps=") for item in args.set):
+        return f"--set training.max_steps={limit}"
+    return f"{args.config or saved_path}: training.max_steps: {limit}"
+
+
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
@@ -54,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.runs.folder import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
     from attnmt.runs.run_config import RunConfig, apply_overrides, load_config
     from attnmt.training import train
+    from attnmt.training.builder import StepLimitReached
 
     overrides = {
         "attention": args.attention,
@@ -87,8 +97,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = train(config, out, resume=args.resume, show_progress=not args.no_progress,
-                       trust_run_code=args.trust_run_code)
+                       trust_run_code=args.trust_run_code, named_attention=args.attention)
         is_main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    except StepLimitReached as error:
+        raise ConfigError(f"{_max_steps_given(args, saved_path, error.limit)}: the run in {out} is already at "
+                          f"step {error.step}; give a limit of {error.step} or more") from None
     finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.attention.user import UntrustedCodeError, bound_classes
+from attnmt.attention.user import bound_classes
 from attnmt.data import Batch, Tokenizers, batches_for_inference
 from attnmt.data.special_tokens import EOS_ID, UNK_ID
 from attnmt.decoding.search import Hypothesis, beam_search, greedy_search
@@ -133,29 +133,27 @@ class Translator:
     @classmethod
     def load(
         cls, run: str | Path, checkpoint: str = "best", num_threads: int | None = None, precision: str | None = None,
-        device: str | None = None, trust_run_code: bool = False,
+        device: str | None = None, trust_run_code: bool = False, attention: str | None = None,
     ) -> Translator:
         """Load ``run/best.pt`` (or ``last.pt``, or a checkpoint file given directly) onto ``device``
         (attnmt.runtime.device; ConfigError when the machine lacks it). ``precision`` / ``device`` None
         keep the run's ``search.precision`` / ``search.device``.
 
-        A run with a user's attention imports the file it was trained with only when that file is
-        unchanged (same SHA-256); ``trust_run_code=True`` runs the copy kept in the run instead, else
-        UntrustedCodeError."""
+        A run trained with a user's attention runs the code it keeps only with consent: code this
+        user trained with on this machine, or ``trust_run_code=True``; ``attention`` (the spec the user
+        names now) imports that file instead, which must hold the same code. Else UntrustedCodeError."""
         if num_threads is not None:
             if not is_int(num_threads) or not 1 <= num_threads <= MAX_THREADS:
                 raise ConfigError(f"num_threads={num_threads!r}: must be an integer from 1 to {MAX_THREADS}")
             torch.set_num_threads(num_threads)
         path = checkpoint_path(run, checkpoint)
         state = load_checkpoint(path)
+        classes = checkpoint_code(state, path, trust_run_code, attention)  # its errors name the file
         try:
             run_config = RunConfig.from_dict(state["config"])
             tokenizers = Tokenizers.from_state_dict(state["tokenizers"])
-            classes = checkpoint_code(state, path, trust_run_code)
-            with bound_classes(classes):
+            with bound_classes(classes, only=True):
                 model = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
-        except UntrustedCodeError:
-            raise
         except AttnmtError as error:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None
         load_model_state(model, state, path)

@@ -39,7 +39,7 @@ import torch
 
 from attnmt._version import __version__
 from attnmt.attention.registry import is_builtin
-from attnmt.attention.user import CodeRecord, UntrustedCodeError, is_user_name, resolve_recorded
+from attnmt.attention.user import CodeRecord, UntrustedCodeError, is_user_name, load_user_class, resolve_recorded
 from attnmt.errors import CheckpointError
 from attnmt.runtime.atomic_files import atomic_writer
 
@@ -250,23 +250,28 @@ def load_model_state(model, checkpoint: dict, path: str | Path = "checkpoint") -
     model.load_state_dict(state)
 
 
-def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = False) -> dict[str, type]:
+def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = False,
+                    named: str | None = None) -> dict[str, type]:
     """Before a checkpoint's model is built: the class of its user mechanism, if any, as
-    ``{name: class}`` for ``attnmt.attention.user.bound_classes``. Only the file the run recorded,
-    with the same SHA-256, is imported, or the kept copy with ``trust_run_code``.
+    ``{name: class}`` for ``bound_classes(..., only=True)``. No path or module the checkpoint names is
+    imported: ``attnmt.attention.user.resolve_recorded`` says when its kept code runs (``trust_run_code``,
+    code trained with on this machine) or the file the user ``named`` now is imported.
 
-    Raises UntrustedCodeError (one line, naming the file) when neither applies."""
+    Raises UntrustedCodeError (one line, naming the file) when there is no such consent."""
     model = checkpoint["config"].get("model") or {}
     name = model.get("attention", "scaled_dot") if isinstance(model, dict) else "scaled_dot"
     if not isinstance(name, str) or is_builtin(name) or not is_user_name(name):
         return {}  # a built-in, or a name the config check will refuse
     record = checkpoint.get("attention_code")
     if record is None:
-        if trust_run_code:
-            return {}  # built by name, as the user trusts it
+        if named is not None and named.strip() == name.strip():
+            return {name.strip(): load_user_class(named)}  # the file the user names now
         raise UntrustedCodeError(
-            f"{path}: its attention {name!r} is a user mechanism, but the checkpoint keeps no record of its code; "
-            "trust_run_code=True builds it by name"
+            f"{path}: its attention {name!r} is a user mechanism, but the checkpoint keeps no copy of its code; "
+            "name your file with --attention to build it"
         )
     code = CodeRecord.from_dict(record, str(path))
-    return {code.spec: resolve_recorded(code, trust_run_code, str(path))}
+    if code.spec != name.strip():
+        raise CheckpointError(f"{path}: inconsistent checkpoint: its config names attention {name!r}, but the "
+                              f"code it keeps is that of {code.spec!r}")
+    return {code.spec: resolve_recorded(code, trust_run_code, str(path), named)}

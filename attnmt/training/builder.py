@@ -8,6 +8,7 @@ weights whatever else changes.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from attnmt.attention.trusted_code import remember as remember_code
 from attnmt.attention.user import CodeRecord, bound_classes, code_record, load_user_class
 from attnmt.data import (
     Batch,
@@ -30,7 +32,16 @@ from attnmt.errors import CheckpointError, ConfigError
 from attnmt.models import build_model, count_parameters
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
-from attnmt.runs.folder import CONFIG_FILE, LAST, LOCK, METRICS, check_run_dir, write_code_copy, write_metrics
+from attnmt.runs.folder import (
+    CONFIG_FILE,
+    LAST,
+    LOCK,
+    METRICS,
+    check_run_dir,
+    config_differences,
+    write_code_copy,
+    write_metrics,
+)
 from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
 from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
@@ -42,7 +53,7 @@ from attnmt.training.randomness import restore_rng_state, seed_everything
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
 from attnmt.training.statistics import Progress, RunningStatistics
 
-__all__ = ["TrainingParts", "build_training"]
+__all__ = ["StepLimitReached", "TrainingParts", "build_training"]
 
 
 @dataclass
@@ -78,12 +89,14 @@ class TrainingParts:
 
 def build_training(
     config: RunConfig, run_dir: str | Path, resume: bool, context: DistributedContext, say: Callable[[str], None],
-    trust_run_code: bool = False,
+    trust_run_code: bool = False, named_attention: str | None = None,
 ) -> TrainingParts:
     """Prepare ``run_dir`` and every part of the training (``say`` prints rank 0's messages).
 
-    ``trust_run_code``: a resumed run whose user mechanism's file has changed or is gone runs the
-    copy the run keeps (else UntrustedCodeError).
+    A resumed run builds its user mechanism from the code its ``last.pt`` keeps, with the user's
+    consent (``attnmt.runs.checkpoint.checkpoint_code``): ``trust_run_code``, code this user trained
+    with here, or ``named_attention``, the spec the user names now. Its config may not name other
+    code or another model than its checkpoint holds.
 
     A run that starts without a ``last.pt`` writes its config and tokenizers before its last checks
     (the model's and a batch's memory, which need the vocabulary). When a check or anything else
@@ -93,7 +106,7 @@ def build_training(
     starting = not (run_dir / LAST).is_file()
     before = set(run_dir.iterdir()) if run_dir.is_dir() else set()
     try:
-        return _build_training(config, run_dir, resume, context, say, trust_run_code)
+        return _build_training(config, run_dir, resume, context, say, trust_run_code, named_attention)
     except BaseException:
         if starting and context.is_main and run_dir.is_dir():
             for path in set(run_dir.iterdir()) - before:
@@ -104,12 +117,15 @@ def build_training(
 
 def _build_training(
     config: RunConfig, run_dir: Path, resume: bool, context: DistributedContext, say: Callable[[str], None],
-    trust_run_code: bool,
+    trust_run_code: bool, named_attention: str | None,
 ) -> TrainingParts:
     data, training = config.data, config.training
     checkpoint = load_checkpoint(run_dir / LAST, require_training_state=True) \
         if check_run_dir(run_dir, resume) else None
-    attention_code, attention_classes = _attention_code(config, run_dir, checkpoint, trust_run_code)
+    if checkpoint is not None:
+        _check_resumable(config, checkpoint, run_dir / LAST)
+    attention_code, attention_classes = _attention_code(config, run_dir, checkpoint, trust_run_code,
+                                                        named_attention)
     if context.is_main and run_dir.is_dir():
         remove_stale_temporaries(run_dir)  # what a killed write left (rank 0 holds the folder's lock)
     context.barrier()  # every rank has looked at the folder before rank 0 writes into it
@@ -143,12 +159,13 @@ def _build_training(
         )
         say(report.summary())
 
-    with bound_classes(attention_classes):  # before the seed: nothing here may draw from its stream
+    only_recorded = checkpoint is not None  # a resumed run builds the code its checkpoint keeps, nothing else
+    with bound_classes(attention_classes, only_recorded):  # before the seed: nothing here may draw from its stream
         _check_model_memory(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, device)
     seed_everything(training.seed)
     # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
     try:
-        with bound_classes(attention_classes):
+        with bound_classes(attention_classes, only_recorded):
             model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
     except (RuntimeError, MemoryError) as error:  # the allocator's own words for a model too large
         if "alloc" not in str(error).lower() and not isinstance(error, MemoryError):
@@ -186,20 +203,54 @@ def _build_training(
 
 
 def _attention_code(
-    config: RunConfig, run_dir: Path, checkpoint: dict | None, trust_run_code: bool,
+    config: RunConfig, run_dir: Path, checkpoint: dict | None, trust_run_code: bool, named_attention: str | None,
 ) -> tuple[CodeRecord | None, dict[str, type]]:
     """The record of the run's user mechanism (None for a built-in) and ``{name: class}`` to build it.
 
-    A new run imports the code its config names (its user asked for it); a resumed run only the
-    code its checkpoint recorded (``attnmt.runs.checkpoint.checkpoint_code``)."""
+    A new run imports the code its config names (its user asked for it) and lists it as trusted on
+    this machine; a resumed run only the code its checkpoint keeps, with consent
+    (``attnmt.runs.checkpoint.checkpoint_code``)."""
     if checkpoint is not None:
-        classes = checkpoint_code(checkpoint, run_dir / LAST, trust_run_code)
+        classes = checkpoint_code(checkpoint, run_dir / LAST, trust_run_code, named_attention)
         record = checkpoint.get("attention_code")
         return (CodeRecord.from_dict(record, str(run_dir / LAST)) if record else None), classes
     record = code_record(config.model.attention)
     if record is None:
         return None, {}
+    problem = remember_code(record.sha256, record.spec)
+    if problem is not None:
+        warnings.warn(f"{problem}; the run will load only with --trust-run-code", stacklevel=2)
     return record, {record.spec: load_user_class(record.spec)}
+
+
+def _check_resumable(config: RunConfig, checkpoint: dict, path: Path) -> None:
+    """ConfigError when the config to resume with describes another model than ``path`` holds (a
+    hand-edited ``config.yaml`` cannot name new code or change the model), or when its step limit
+    lies below the step the run has reached (``StepLimitReached``)."""
+    try:
+        trained = RunConfig.from_dict(checkpoint["config"]).model
+    except ConfigError as error:
+        raise CheckpointError(f"{path}: its config cannot be read: {error}") from None
+    if trained != config.model:
+        differences = config_differences(trained.to_dict(), config.model.to_dict(), prefix="model.")
+        raise ConfigError(
+            f"{path.parent / CONFIG_FILE}: describes another model than {path} holds: "
+            + "; ".join(differences).replace(" in the run, ", f" in {path.name}, ").replace(" now)", " in the config)")
+            + "; a run's model cannot change, start a new run instead"
+        )
+    step = checkpoint["progress"].get("step") if isinstance(checkpoint["progress"], dict) else None
+    limit = config.training.max_steps
+    if isinstance(step, int) and limit is not None and limit < step:
+        raise StepLimitReached(limit, step, path.parent)
+
+
+class StepLimitReached(ConfigError):
+    """A resumed run's ``training.max_steps`` lies below the step it has reached."""
+
+    def __init__(self, limit: int, step: int, run_dir: Path):
+        super().__init__(f"training.max_steps={limit}: the run in {run_dir} is already at step {step}; "
+                         f"give a limit of {step} or more")
+        self.limit, self.step = limit, step
 
 
 def _check_model_memory(model_config, src_vocab: int, tgt_vocab: int, device: torch.device) -> None:

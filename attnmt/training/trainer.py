@@ -99,9 +99,11 @@ class Trainer:
         context: DistributedContext | None = None,
         verbose: bool = True,
         trust_run_code: bool = False,
+        named_attention: str | None = None,
     ):
         self.config = config
         self.trust_run_code = trust_run_code
+        self.named_attention = named_attention
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.show_progress = show_progress
@@ -136,7 +138,7 @@ class Trainer:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
         allocator = keep_freed_memory()
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
-                                            self.trust_run_code)
+                                            self.trust_run_code, self.named_attention)
         self._say(allocator.describe())
         if self.config.training.tensorboard and self.context.is_main:
             self._tensorboard = TensorBoardLog(self.run_dir)
@@ -484,10 +486,13 @@ def train(
     show_progress: bool = True,
     verbose: bool = True,
     trust_run_code: bool = False,
+    named_attention: str | None = None,
 ) -> TrainResult:
     """Train ``config`` into ``run_dir`` in this process (joining a torchrun group when there is one).
 
-    ``trust_run_code``: resuming a run whose user mechanism's file changed runs the run's copy."""
+    Resuming a run trained with a user's attention runs the code it keeps with consent:
+    ``trust_run_code``, code this user trained with on this machine, or ``named_attention`` (the
+    spec the user names now, whose file must hold that code)."""
     context = init_distributed(config.training.device)
     return Trainer(config, run_dir, resume=resume, show_progress=show_progress, context=context, verbose=verbose,
-                   trust_run_code=trust_run_code).run()
+                   trust_run_code=trust_run_code, named_attention=named_attention).run()
