@@ -42,7 +42,7 @@ def test_curves_draws_several_runs_in_one_figure(two_runs, tmp_path, capsys):
     assert f"wrote {out}: curves of 2 runs" in capsys.readouterr().out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli_main(["curves", str(two_runs / "seed1"), "--out", str(out)]) == 2
-    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert "exists; pass --overwrite" in capsys.readouterr().err
     svg = tmp_path / "curves.svg"
     assert cli_main(["curves", str(two_runs / "seed1"), "--out", str(svg), "--title", "one seed"]) == 0
     text = svg.read_text(encoding="utf-8")

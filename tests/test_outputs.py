@@ -47,12 +47,44 @@ def test_an_output_onto_a_file_the_run_needs_is_refused_even_with_overwrite(attn
     assert_refused(attnmt("view", str(run), "--out", str(run / "best.pt"), "--overwrite"), "must end in .html")
     assert_refused(attnmt("translate", str(run), "Ein Hund.", "--attention-out", str(run / "config.yaml"),
                           "--overwrite"), "must end in .npz or .jsonl")
-    with pytest.raises(ConfigError, match="the run in .* needs"):
+    with pytest.raises(ConfigError, match="is a file of the run in"):
         check_output(run / "best.pt", "--out", overwrite=True)
-    with pytest.raises(ConfigError, match="the run in .* needs"):
+    with pytest.raises(ConfigError, match="is a file of the run in"):
         check_output(run / "spm.joint.model", "--out", overwrite=True)
     assert (run / "best.pt").read_bytes() == before
     assert check_output(run / "view-other.html", "--out", overwrite=False) == run / "view-other.html"
+
+
+def test_overwrite_never_replaces_a_runs_heatmaps_a_mechanism_or_vectors_read(attnmt, run, tmp_path):
+    """--overwrite replaces an earlier output, never an input: a run's own heatmaps, the file of the
+    mechanism being checked, the vectors an alignment reads."""
+    heatmap = run / "examples" / "epoch01-1.png"
+    heatmap.parent.mkdir(exist_ok=True)
+    heatmap.write_bytes(b"the run's heatmap")
+    assert_refused(attnmt("translate", str(run), "Ein Hund.", "--plot", str(heatmap), "--overwrite"),
+                   "is a file of the run in")
+    assert_refused(attnmt("curves", str(run), "--out", str(heatmap), "--overwrite"), "is a file of the run in")
+    assert heatmap.read_bytes() == b"the run's heatmap"
+    mechanism = tmp_path / "mine.py"
+    mechanism.write_text("import torch\n")
+    assert_refused(attnmt("check", f"{mechanism}:Mine", "--json", str(mechanism), "--overwrite"), "is also an input")
+    vectors = tmp_path / "vectors"
+    vectors.mkdir()
+    for name in ("en.vec", "fr.vec"):
+        (vectors / name).write_text("1 2\nthe 0.5 0.5\n")
+    assert_refused(attnmt("align", "--vectors", str(vectors), "--src", str(LEGACY_RUN.parent / "valid.de"),
+                          "--tgt", str(LEGACY_RUN.parent / "valid.en"), "--out", str(vectors / "en.vec"),
+                          "--overwrite"), "an input of this command")
+    assert mechanism.read_text() == "import torch\n" and (vectors / "en.vec").read_text() == "1 2\nthe 0.5 0.5\n"
+
+
+def test_an_output_below_a_file_is_refused_before_any_work(attnmt, run, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for argv in (["view", str(run), "--split", "valid", "--out", str(a_file / "v.html")],
+                 ["translate", str(run), "Ein Hund.", "--plot", str(a_file / "p.png")],
+                 ["explore", "copy", "--plot", str(a_file / "plots")]):
+        assert_refused(attnmt(*argv), "is a file, not a folder")
 
 
 def test_an_output_that_is_an_input_is_refused_even_with_overwrite(attnmt, tmp_path):

@@ -30,6 +30,7 @@ import numpy as np
 
 from attnmt.errors import DataError
 from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.checks import check_plain_name
 
 __all__ = [
     "WordVectors",
@@ -406,8 +407,11 @@ def load_vector_dir(folder: str | Path) -> tuple[WordVectors, WordVectors, dict]
             info = json.loads(info_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise DataError(f"{info_path}: not valid JSON ({error})") from None
-    src_file = folder / info.get("src_file", "en.vec")
-    tgt_file = folder / info.get("tgt_file", "fr.vec")
+    if not isinstance(info, dict):
+        raise DataError(f"{info_path}: not a vectors.json written by attnmt embed (expected a JSON object)")
+    # names read from a file are names: the vectors lie in this folder, never elsewhere
+    src_file = folder / check_plain_name(info.get("src_file", "en.vec"), f"{info_path}: src_file")
+    tgt_file = folder / check_plain_name(info.get("tgt_file", "fr.vec"), f"{info_path}: tgt_file")
     src_vectors, tgt_vectors = load_vec(src_file), load_vec(tgt_file)
     if src_vectors.dim != tgt_vectors.dim:
         raise DataError(

@@ -21,6 +21,7 @@ from attnmt.attention.user import (
     register_attention,
     registered_names,
 )
+from attnmt.runtime.checks import check_plain_name
 
 __all__ = ["ATTENTION_TYPES", "build_attention", "canonical_name", "folder_label", "is_builtin",
            "register_attention", "registered_names", "short_name"]
@@ -55,9 +56,8 @@ def folder_label(name: str) -> str:
     """A mechanism's name as one folder name: a spec's file (or module) and class joined by '-'
     (``examples/my_attention.py:MyAttention`` -> ``my_attention.py-MyAttention``)."""
     target, _, class_name = name.strip().rpartition(":")
-    if not target:
-        return name.strip().replace("/", "_").replace("\\", "_")
-    return f"{PurePath(target).name}-{class_name}"
+    label = f"{PurePath(target).name}-{class_name}" if target else name.strip().replace("/", "_").replace("\\", "_")
+    return check_plain_name(label, f"attention {name!r} as a folder name")
 
 
 def short_name(name: str) -> str:

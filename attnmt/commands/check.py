@@ -53,6 +53,12 @@ def _options(pairs: list[str]) -> dict:
     return options
 
 
+def spec_file(spec: str) -> Path | None:
+    """The file a ``path/to/file.py:Class`` spec names (an input of the command), else None."""
+    target, colon, _ = spec.strip().rpartition(":")
+    return Path(target).expanduser() if colon and (target.endswith(".py") or "/" in target) else None
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -65,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if any(size < 1 for size in args.dims) or args.heads < 1:
         raise ConfigError(f"--dims {' '.join(map(str, args.dims))} --heads {args.heads}: sizes must be >= 1")
     if args.json is not None:
-        check_output(args.json, "--json", args.overwrite)
+        check_output(args.json, "--json", args.overwrite, [spec_file(spec) for spec in args.specs])
     options = _options(args.option)
     reports = []
     for spec in args.specs:

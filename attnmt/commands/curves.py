@@ -23,9 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnmt.runtime.outputs import check_output
     from attnmt.visual.curves import plot_curves
 
     runs = [Path(run) for run in args.runs]  # those after an option come as text (cli.main)
+    check_output(args.out, "--out", args.overwrite, [*runs, *(run / "metrics.jsonl" for run in runs)])
     path = plot_curves(runs, args.out, overwrite=args.overwrite, title=args.title)
     print(f"wrote {path}: curves of {len(runs)} run{'' if len(runs) == 1 else 's'}")
     return 0

@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_options(args: argparse.Namespace, demos: tuple[str, ...]) -> None:
     from attnmt.errors import ConfigError
     from attnmt.runtime.memory import available_ram
+    from attnmt.runtime.outputs import check_writable_folder
 
     if args.keys < 2:
         raise ConfigError(f"--keys must be at least 2 (two keys to choose between), got {args.keys}")
@@ -62,6 +63,8 @@ def _check_options(args: argparse.Namespace, demos: tuple[str, ...]) -> None:
                           "choose smaller sizes")
     if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
         raise ConfigError(f"--plot {args.plot} exists and is not a directory")
+    if args.plot is not None:
+        check_writable_folder(args.plot, f"--plot {args.plot}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -87,10 +87,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None and not args.sentences:
         raise ConfigError("--plot needs the sentences as arguments (not on standard input)")
     plot_paths = _plot_paths(args.plot, len(args.sentences)) if args.plot is not None else []
+    inputs = [args.run_dir, args.hf]  # the run (its files and heatmaps) or the model folder
     for path in plot_paths:  # before any translating
-        check_output(path, "--plot", args.overwrite, suffixes=[f".{suffix}" for suffix in PLOT_FORMATS])
+        check_output(path, "--plot", args.overwrite, inputs, suffixes=[f".{suffix}" for suffix in PLOT_FORMATS])
     if args.attention_out is not None:
-        check_output(args.attention_out, "--attention-out", args.overwrite, suffixes=list(FORMATS))
+        check_output(args.attention_out, "--attention-out", args.overwrite, [*inputs, *plot_paths],
+                     suffixes=list(FORMATS))
     args.saliency_options = saliency_options(args)
     if args.saliency_options is not None and args.attention_out is None:
         raise ConfigError("--saliency is stored with the attention: give --attention-out FILE too")

@@ -82,14 +82,15 @@ def run(args: argparse.Namespace) -> int:
     path = checkpoint_path(args.run_dir, args.checkpoint)
     run_dir = path.parent
     if args.out is not None:  # before the model is loaded
-        check_output(args.out, "--out", args.overwrite, suffixes=[".html"])
+        check_output(args.out, "--out", args.overwrite, [run_dir], suffixes=[".html"])
     translator = Translator.load(path, device=args.device, trust_run_code=args.trust_run_code)
     say("view", translator.describe())
     config = translator.run_config
     assert config is not None  # loaded from a run
     split, corpus = config.data.canonical_split(args.split), load_split(config.data, args.split)
     beam = translator.search_config.beam if args.beam is None else args.beam
-    out = check_output(args.out or run_dir / f"view-{split}.html", "--out", args.overwrite, suffixes=[".html"])
+    out = check_output(args.out or run_dir / f"view-{split}.html", "--out", args.overwrite, [run_dir],
+                       suffixes=[".html"])
 
     count = min(args.examples, len(corpus))
     examples = view_examples(
@@ -116,7 +117,7 @@ def _view_hf(args: argparse.Namespace) -> int:
         raise ConfigError("give a RUN folder or --hf MODEL, not both")
     if args.src is None:
         raise ConfigError("--hf: give the sentences to show with --src FILE (and their references with --ref FILE)")
-    out = check_output(args.out or Path("view-hf.html"), "--out", args.overwrite, inputs=[args.src, args.ref],
+    out = check_output(args.out or Path("view-hf.html"), "--out", args.overwrite, inputs=[args.src, args.ref, args.hf],
                        suffixes=[".html"])
     sources = read_lines(args.src)[: args.examples]
     references = read_lines(args.ref)[: args.examples] if args.ref is not None else None

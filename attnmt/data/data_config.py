@@ -43,6 +43,7 @@ from attnmt.data.multi30k import LANGUAGES as MULTI30K_LANGUAGES
 from attnmt.data.multi30k import load_multi30k, splits_of
 from attnmt.data.tokenizer import MODEL_TYPES
 from attnmt.errors import ConfigError
+from attnmt.runtime.checks import check_plain_name
 
 DATASETS = ("multi30k",)
 MULTI30K_SPLIT_ALIASES = {"valid": "val", "test": "test_2016_flickr"}
@@ -127,6 +128,7 @@ class DataConfig:
             value = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
                 raise ConfigError(f"data.{key}: must be a language code such as 'de', got {value!r}")
+            check_plain_name(value, f"data.{key}")
         if self.dataset == "multi30k":
             for key in ("src_lang", "tgt_lang"):
                 if getattr(self, key) not in MULTI30K_LANGUAGES:
@@ -249,5 +251,6 @@ def _test_pairs(value: Any) -> dict[str, tuple[str, str]]:
     for name, pair in value.items():
         if not isinstance(name, str) or name in ("train", "valid"):
             raise ConfigError(f"data.test: invalid test name {name!r}")
+        check_plain_name(name, "data.test: a test set's name")
         pairs[name] = _file_pair(f"test.{name}", pair)
     return pairs

@@ -37,6 +37,7 @@ from attnmt.attention.user import CodeRecord
 from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
 from attnmt.runs.run_config import RunConfig, yaml_load
 from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.checks import check_plain_name
 
 __all__ = [
     "BEST", "CONFIG_FILE", "LAST", "LOCK", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
@@ -251,7 +252,9 @@ def training_finished(run_dir: str | Path) -> bool:
 
 
 def _suffix(split: str, beam: int, precision: str = "fp32") -> str:
-    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, then ``-bf16`` for a bf16 search."""
+    """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, then ``-bf16`` for a bf16 search.
+    The split's name is checked to be a plain name: it may come from a hand-edited config."""
+    check_plain_name(split, "split")
     return split + (f"-beam{beam}" if beam > 1 else "") + ("" if precision == "fp32" else f"-{precision}")
 
 

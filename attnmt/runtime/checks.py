@@ -11,14 +11,15 @@ first value that breaks its rule, e.g. ``training.lr: must be a number > 0, got 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from attnmt.errors import ConfigError
 
-__all__ = ["BOOLEAN", "Rule", "check_rules", "dataclass_from_dict", "integer", "is_int", "is_number", "number",
-           "one_of", "optional"]
+__all__ = ["BOOLEAN", "Rule", "check_plain_name", "check_rules", "dataclass_from_dict", "integer", "is_int",
+           "is_number", "number", "one_of", "optional"]
 
 
 def is_int(value: Any) -> bool:
@@ -27,6 +28,21 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: a name that becomes part of a file name (a split, a language, a mechanism's folder): no folder
+#: separators, no "..", nothing a shell or a file system treats specially
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+
+
+def check_plain_name(value: Any, what: str) -> str:
+    """``value`` when it is a plain name (``PLAIN_NAME``, without ".."), else ConfigError naming
+    ``what`` (where the value came from): a name read from a file or an option is a name, never a
+    path, before it becomes part of one."""
+    if not isinstance(value, str) or not PLAIN_NAME.fullmatch(value) or ".." in value:
+        raise ConfigError(f"{what}: {value!r} is not a plain name (letters, digits, '_', '-', '+' and '.', "
+                          "at most 100, from a letter or digit, no '..'); it becomes part of file names")
+    return value
 
 
 def dataclass_from_dict(cls, values: dict | None, section: str):

@@ -11,11 +11,15 @@ from pathlib import Path
 
 from attnmt.errors import ConfigError
 
-__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder"]
+__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder", "run_owning"]
 
-#: Files a run folder needs (attnmt.runs.folder names them); no command's output may replace one.
+#: Files of a run folder (attnmt.runs.folder names them): what it needs, and what ``attnmt evaluate``
+#: and ``compare`` keep in it. No other command's output may replace one, nor a heatmap in its
+#: ``examples/`` folder.
 RUN_OWN_FILES = ("best.pt", "last.pt", "config.yaml", "metrics.jsonl", "tokenizers.json", "spm.*.model",
-                 "user_attention.py", "user_attention.json", ".attnmt.lock")
+                 "user_attention.py", "user_attention.json", ".attnmt.lock", "eval-*.json", "hyps-*.txt",
+                 "beam-*.json", "beam-*.md", "agreement-*.json")
+RUN_EXAMPLES = "examples"
 
 
 def is_run_folder(folder: Path) -> bool:
@@ -31,14 +35,26 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def run_owning(path: Path) -> Path | None:
+    """The run folder ``path`` is a file of (one of ``RUN_OWN_FILES``, or in its ``examples/``), or None."""
+    for candidate in {path.absolute(), path.resolve()}:
+        folder = candidate.parent
+        if is_run_folder(folder) and any(fnmatch.fnmatch(candidate.name, name) for name in RUN_OWN_FILES):
+            return folder
+        if folder.name == RUN_EXAMPLES and is_run_folder(folder.parent):
+            return folder.parent
+    return None
+
+
 def check_output(
     path: str | os.PathLike, option: str, overwrite: bool, inputs: Iterable[str | os.PathLike | None] = (),
     suffixes: Sequence[str] | None = None,
 ) -> Path:
     """``path`` as the output of ``option`` (e.g. ``--out``); ConfigError in one line when it is a
-    folder, has a suffix not in ``suffixes``, is one of ``inputs`` (the same file by any name), is a
-    file a run folder needs, exists while ``overwrite`` is False, or lies in a folder that cannot be
-    written into."""
+    folder, has a suffix not in ``suffixes``, is one of ``inputs`` (the same file by any name, or an
+    existing file of an input folder), is a file of a run folder, exists while ``overwrite`` is False,
+    or lies in a folder that cannot be written into. ``--overwrite`` replaces an earlier output,
+    never an input: each command gives every path it reads as ``inputs``."""
     target = Path(path)
     if suffixes is not None and target.suffix.lower() not in suffixes:
         choices = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1]
@@ -47,12 +63,19 @@ def check_output(
     if target.is_dir():
         raise ConfigError(f"{option} {target} is a folder; give a file name to write to")
     for source in inputs:
-        if source is not None and (_same_file(target, Path(source)) or target.resolve() == Path(source).resolve()):
+        if source is None:
+            continue
+        source = Path(source)
+        if _same_file(target, source) or target.resolve() == source.resolve():
             raise ConfigError(f"{option} {target} is also an input of this command ({source}); "
                               "write the output to another file")
-    if is_run_folder(target.parent) and any(fnmatch.fnmatch(target.name, name) for name in RUN_OWN_FILES):
-        raise ConfigError(f"{option} {target} is a file the run in {target.parent} needs; "
-                          "write the output to another file")
+        if (source.is_dir() and not is_run_folder(source) and target.exists()
+                and target.resolve().parent == source.resolve()):
+            raise ConfigError(f"{option} {target} is a file of {source}, an input of this command; "
+                              "write the output to another file")
+    run = run_owning(target)
+    if run is not None:
+        raise ConfigError(f"{option} {target} is a file of the run in {run}; write the output to another file")
     if target.exists() and not overwrite:
         raise ConfigError(f"{option} {target} exists; pass --overwrite to replace it, or choose another name")
     check_writable_folder(target.parent, f"{option} {target}")
@@ -61,10 +84,13 @@ def check_output(
 
 def check_writable_folder(folder: str | os.PathLike, what: str) -> None:
     """ConfigError when ``folder``, or the nearest part of it that exists, cannot be written into
-    (a read-only file system, no permission): before any work, not after it."""
+    (a file where a folder should be, a read-only file system, no permission): before any work,
+    not after it."""
     existing = Path(folder).absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise ConfigError(f"{what}: {existing} is a file, not a folder; choose another folder")
     if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"{what}: cannot write into {existing} (a read-only file system, or no permission); "
                           "choose another folder")
