@@ -28,3 +28,7 @@ class CheckpointError(AttnmtError):
 
 class OutputError(AttnmtError):
     """A file could not be written (a full disk, no permission); the previous version is intact."""
+
+
+class TrainingDiverged(AttnmtError):
+    """A training's loss or weights stopped being finite; it stopped, keeping its last good checkpoint."""

@@ -174,11 +174,13 @@ def test_eflomal_settings_reach_eflomal_and_bad_ones_are_named(monkeypatch):
     assert seen == {"n_samplers": 3, "rel_iterations": 1.0, "source_prefix_len": 0, "target_prefix_len": 0}
     assert settings.describe() == "8 samplers, 2x iterations, words cut to 5 characters"
     assert EflomalSettings(samplers=1).describe().startswith("1 sampler, ")
-    for bad, message in (({"samplers": True}, "samplers must be an integer >= 1, got True"),
-                         ({"samplers": 2.5}, "samplers must be an integer >= 1, got 2.5"),
-                         ({"iterations": -1.0}, "iterations must be a factor > 0, got -1.0"),
-                         ({"iterations": float("nan")}, "iterations must be a factor > 0, got nan"),
-                         ({"prefix": -2}, "prefix must be an integer >= 0 (0 = whole words), got -2")):
+    for bad, message in (({"samplers": True}, "eflomal_samplers=True: must be an integer from 1 to 64"),
+                         ({"samplers": 2.5}, "eflomal_samplers=2.5: must be an integer"),
+                         ({"samplers": 10**9}, "eflomal_samplers=1000000000: must be an integer from 1 to 64"),
+                         ({"iterations": -1.0}, "eflomal_iterations=-1.0: must be a factor from 0.01 to 100"),
+                         ({"iterations": float("nan")}, "eflomal_iterations=nan: must be a factor"),
+                         ({"iterations": 1e12}, "eflomal_iterations=1000000000000.0: must be a factor"),
+                         ({"prefix": -2}, "eflomal_prefix=-2: must be an integer from 0 (whole words) to 100")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             EflomalSettings(**bad)
 
@@ -413,9 +415,12 @@ def test_align_eflomal_possible_splits_fixed_directions_into_sure_and_possible(t
     (["--eflomal", "--method", "itermax"], "--method itermax needs attention weights; with --eflomal choose one of"),
     (["--vectors", "vec", "--also-src", "a", "--also-tgt", "b"], "--also-src, --also-tgt: only with --eflomal"),
     (["--vectors", "v", "--eflomal-prefix", "4"], "--eflomal-prefix: only with --eflomal"),
-    (["--eflomal", "--eflomal-samplers", "0"], "eflomal samplers must be an integer >= 1, got 0"),
-    (["--eflomal", "--eflomal-iterations", "0"], "eflomal iterations must be a factor > 0, got 0.0"),
-    (["--eflomal", "--eflomal-prefix", "-1"], "eflomal prefix must be an integer >= 0 (0 = whole words), got -1"),
+    (["--eflomal", "--eflomal-samplers", "0"], "--eflomal-samplers 0: must be an integer from 1 to 64"),
+    (["--eflomal", "--eflomal-samplers", "1000000000"], "--eflomal-samplers 1000000000: must be an integer from 1"),
+    (["--eflomal", "--eflomal-iterations", "0"], "--eflomal-iterations 0.0: must be a factor from 0.01 to 100"),
+    (["--eflomal", "--eflomal-iterations", "1e12"], "--eflomal-iterations 1000000000000.0: must be a factor from"),
+    (["--eflomal", "--eflomal-iterations", "inf"], "--eflomal-iterations inf: must be a factor from"),
+    (["--eflomal", "--eflomal-prefix", "-1"], "--eflomal-prefix -1: must be an integer from 0 (whole words) to 100"),
     (["--eflomal", "--eflomal-prefix", "6", "--eflomal-votes", "1"],
      "--eflomal-votes: only with several --eflomal-prefix values (one run each)"),
     (["--eflomal", "--eflomal-prefix", "0", "6", "--eflomal-votes", "3"],

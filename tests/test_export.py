@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 
 import numpy as np
@@ -81,7 +82,7 @@ def test_load_attention_names_the_file_and_line_it_cannot_read(tmp_path):
     with pytest.raises(DataError, match="no such file"):
         attnmt.load_attention(tmp_path / "missing.npz")
     (tmp_path / "bad.jsonl").write_text('{"format": "attnmt-attention/1"}\nnot json\n', encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad.jsonl, line 1: not an attention record of attnmt \(KeyError"):
+    with pytest.raises(DataError, match=r"bad.jsonl, line 1: not an attention record of attnmt \(no index"):
         attnmt.load_attention(tmp_path / "bad.jsonl")
     (tmp_path / "other.jsonl").write_text('{"a": 1}\n', encoding="utf-8")
     with pytest.raises(DataError, match="other.jsonl, line 1: not an attention record of attnmt"):
@@ -92,6 +93,37 @@ def test_load_attention_names_the_file_and_line_it_cannot_read(tmp_path):
     np.savez(tmp_path / "foreign.npz", x=np.zeros(3))
     with pytest.raises(DataError, match="foreign.npz: not an attention file of attnmt"):
         attnmt.load_attention(tmp_path / "foreign.npz")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda r: r.update(weights=[[[[float("nan")] * len(r["src_pieces"])] * len(r["out_pieces"])]]), "not finite"),
+    (lambda r: r["weights"][0][0][0].__setitem__(0, -0.5), "must lie in [0, 1]"),
+    (lambda r: r.update(weights="many"), "must be real numbers"),
+    (lambda r: r.update(src_pieces="abc"), "src_pieces must be a list of strings"),
+    (lambda r: r.update(out_word_of_piece=[99] * len(r["out_pieces"])), "out_word_of_piece must give"),
+    (lambda r: r.update(index=-1), "index must be an integer >= 0"),
+    (lambda r: r.update(source=None), "source must be a string"),
+])
+def test_a_hand_edited_attention_record_is_refused_naming_its_line(tiny_run, tmp_path, capsys, edit, words):
+    """Malformed, non-finite, negative or complex weights are a DataError naming the file and line."""
+    _, run = tiny_run
+    path = tmp_path / "attention.jsonl"
+    assert cli_main(["translate", str(run), SENTENCES[0], "--attention-out", str(path)]) == 0
+    record = json.loads(path.read_text(encoding="utf-8"))
+    edit(record)
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"attention.jsonl, line 1: .*{re.escape(words)}"):
+        attnmt.load_attention(path)
+
+
+def test_complex_weights_in_an_npz_are_refused(tmp_path):
+    path = tmp_path / "complex.npz"
+    record = {"index": 0, "source": "a", "output": "b", "src_pieces": ["a"], "out_pieces": ["b"], "src_words": ["a"],
+              "out_words": ["b"], "src_word_of_piece": [0], "out_word_of_piece": [0]}
+    np.savez(path, format=np.array("attnmt-attention/1"), records=np.array(json.dumps([record])),
+             weights_0=np.ones((1, 1, 1, 1), dtype=np.complex64))
+    with pytest.raises(DataError, match="record 0: the weights must be real numbers"):
+        attnmt.load_attention(path)
 
 
 def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(tiny_run, tmp_path, capsys):

@@ -39,6 +39,7 @@ from pathlib import Path
 from attnmt.alignment.links import Links, symmetrize
 from attnmt.data.link_files import read_pharaoh_alignments
 from attnmt.errors import ConfigError, DataError
+from attnmt.runtime.checks import is_int
 
 __all__ = ["EFLOMAL_METHODS", "EflomalSettings", "directional_links", "eflomal_alignments", "eflomal_directions",
            "eflomal_runs", "import_eflomal", "majority", "voted_directions"]
@@ -60,17 +61,26 @@ class EflomalSettings:
     prefix: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.samplers, bool) or not isinstance(self.samplers, int) or self.samplers < 1:
-            raise ConfigError(f"eflomal samplers must be an integer >= 1, got {self.samplers!r}")
-        if not self.iterations > 0:
-            raise ConfigError(f"eflomal iterations must be a factor > 0, got {self.iterations!r}")
-        if isinstance(self.prefix, bool) or not isinstance(self.prefix, int) or self.prefix < 0:
-            raise ConfigError(f"eflomal prefix must be an integer >= 0 (0 = whole words), got {self.prefix!r}")
+        # Bounded: each sampler is a whole Gibbs chain (1e9 of them crash eflomal), and the factor
+        # multiplies eflomal's hundreds of iterations per stage (1e12 would never end).
+        if not is_int(self.samplers) or not 1 <= self.samplers <= MAX_SAMPLERS:
+            raise ConfigError(f"eflomal_samplers={self.samplers!r}: must be an integer from 1 to {MAX_SAMPLERS}")
+        if not isinstance(self.iterations, (int, float)) or not MIN_ITERATIONS <= self.iterations <= MAX_ITERATIONS:
+            raise ConfigError(f"eflomal_iterations={self.iterations!r}: must be a factor from {MIN_ITERATIONS:g} to "
+                              f"{MAX_ITERATIONS:g} on eflomal's numbers of iterations")
+        if not is_int(self.prefix) or not 0 <= self.prefix <= MAX_PREFIX:
+            raise ConfigError(f"eflomal_prefix={self.prefix!r}: must be an integer from 0 (whole words) to "
+                              f"{MAX_PREFIX}")
 
     def describe(self) -> str:
         words = "whole words" if self.prefix == 0 else f"words cut to {self.prefix} characters"
         samplers = f"{self.samplers} sampler{'' if self.samplers == 1 else 's'}"
         return f"{samplers}, {self.iterations:g}x iterations, {words}"
+
+
+MAX_SAMPLERS = 64
+MIN_ITERATIONS, MAX_ITERATIONS = 0.01, 100.0
+MAX_PREFIX = 100
 
 
 def import_eflomal():
@@ -135,7 +145,8 @@ def eflomal_directions(
             aligner.align(src_lines, tgt_lines, links_filename_fwd=forward_path, links_filename_rev=backward_path,
                           quiet=quiet)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as error:
-            raise DataError(f"eflomal failed on {len(src_lines)} pairs: {error}") from None
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise DataError(f"eflomal failed on {len(src_lines)} pairs: {first_line[:200]}") from None
         forward = _read_links(forward_path, len(src_lines))[:wanted]
         backward = _read_links(backward_path, len(src_lines))[:wanted]
     empty = [not src or not tgt for src, tgt in zip(src_sentences, tgt_sentences)]

@@ -35,7 +35,7 @@ from torch import nn
 from attnmt.attention.mechanisms import Attention
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.attention.registry import build_attention, canonical_name
-from attnmt.attention.user import build_user_score, contract_form
+from attnmt.attention.user import UserCodeFault, build_user_score, contract_form, raised
 from attnmt.errors import ConfigError
 
 __all__ = ["CheckReport", "PropertyResult", "check_mechanism"]
@@ -445,9 +445,10 @@ def check_mechanism(
             status, detail = "fail", str(failure)
         except NotApplicable as reason:
             status, detail = "n/a", str(reason)
-        except Exception as error:  # the mechanism's own code raised: that is the counterexample
-            status, detail = "fail", f"raised {type(error).__name__}: {str(error).strip().splitlines()[0][:200]}" \
-                if str(error).strip() else f"raised {type(error).__name__}"
+        except UserCodeFault as fault:  # the mechanism raised or answered out of its contract
+            status, detail = "fail", fault.what
+        except (Exception, SystemExit) as error:  # the mechanism's own code raised: that is the counterexample
+            status, detail = "fail", raised(error)
         report.results.append(PropertyResult(property_name, status, detail))
     subject.module.eval()
     report.seconds = time.perf_counter() - started

@@ -64,7 +64,8 @@ from attnmt.attention.trusted_code import is_trusted
 from attnmt.errors import ConfigError
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "CodeRecord", "UntrustedCodeError", "UserAttention", "UserCodeError", "build_user_attention",
+    "ENTRY_POINT_GROUP", "CodeRecord", "UntrustedCodeError", "UserAttention", "UserCodeError", "UserCodeFault",
+    "build_user_attention",
     "build_user_score", "bound_classes",
     "code_record", "contract_form", "is_user_name", "load_user_class", "register_attention", "registered_names",
     "resolve_recorded",
@@ -169,7 +170,7 @@ def load_user_class(name: str) -> type:
         try:
             cls = point.load()
         except (Exception, SystemExit) as error:  # the package's own code failed: report it in one line
-            raise UserCodeError(f"attention {name!r} (entry point {point.value}): import failed: "
+            raise UserCodeError(f"attention {name!r} (entry point {point.value}): its import "
                                 f"{raised(error)}") from None
         _check_is_module_class(cls, name)
         _REGISTERED[name] = cls
@@ -219,7 +220,7 @@ def _import_spec(spec: str) -> type:
         except ModuleNotFoundError as error:
             raise UserCodeError(f"attention {spec!r}: no module {error.name!r} (is it on PYTHONPATH?)") from None
         except (Exception, SystemExit) as error:
-            raise UserCodeError(f"attention {spec!r}: import failed: {raised(error)}; "
+            raise UserCodeError(f"attention {spec!r}: importing {target} {raised(error)}; "
                                 f"run attnmt check {spec} to see what is wrong") from None
     cls = getattr(module, class_name, None)
     if cls is None:
@@ -251,16 +252,59 @@ def _import_file(path: Path, label: str, source: str | None = None, kept_in: str
         raise UserCodeError(f"attention {label!r}: {filename}:{error.lineno}: syntax error: {error.msg}") from None
     except (Exception, SystemExit) as error:  # SystemExit: a sys.exit() at import must not end attnmt
         del sys.modules[module_name]
-        raise UserCodeError(f"attention {label!r}: importing {filename} failed: {raised(error)}{hint}") from None
+        raise UserCodeError(f"attention {label!r}: importing {filename} {raised(error)}{hint}") from None
     return module
 
 
 def raised(error: BaseException) -> str:
-    """What a user's code raised, in a few words on one line (``sys.exit`` included)."""
+    """What a user's code did, in a few words on one line: ``raised ValueError: ...`` or
+    ``called sys.exit(0)``."""
     if isinstance(error, SystemExit):
-        return f"it called sys.exit({error.code!r})"
+        return f"called sys.exit({error.code!r})"
     text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+    return f"raised {type(error).__name__}: {text[:200]}" if text else f"raised {type(error).__name__}"
+
+
+class UserCodeFault(UserCodeError):
+    """A user mechanism's code raised, called ``sys.exit`` or broke the contract while it ran
+    (``what`` says which, for ``attnmt check``'s table); the message names the mechanism and points
+    to ``attnmt check``."""
+
+    def __init__(self, label: str, what: str):
+        super().__init__(f"attention {label!r}: {what}; run attnmt check {label} to see which property it breaks")
+        self.what = what
+
+
+@contextmanager
+def running_user_code(label: str, method: str) -> Iterator[None]:
+    """Around a call of a user's ``method``: anything it raises, ``SystemExit`` included, becomes a
+    UserCodeFault naming ``label`` (a Ctrl-C still stops attnmt)."""
+    try:
+        yield
+    except UserCodeFault:
+        raise
+    except (Exception, SystemExit) as error:
+        raise UserCodeFault(label, f"{method} {raised(error)}") from None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    return "None" if value is None else f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def checked_answer(answer: Any, label: str, method: str, context_shape: tuple[int, ...],
+                   weights_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``answer`` when it is ``(context, weights)``: two tensors of these shapes; else UserCodeFault."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        what = f"{len(answer)} values" if isinstance(answer, (tuple, list)) else _describe(answer)
+        raise UserCodeFault(label, f"{method} returned {what}, not (context, weights)")
+    for name, value, shape in (("context", answer[0], context_shape), ("weights", answer[1], weights_shape)):
+        if not isinstance(value, torch.Tensor):
+            raise UserCodeFault(label, f"{method} returned {_describe(value)} as its {name}, not a torch.Tensor")
+        if tuple(value.shape) != shape:
+            raise UserCodeFault(label, f"{method} returned {name} of shape {list(value.shape)}, expected {list(shape)}")
+    return answer[0], answer[1]
 
 
 def _check_is_module_class(cls: Any, label: str) -> None:
@@ -293,12 +337,15 @@ class UserAttention(Attention):
 
     ``prepare`` keeps the keys and values as they are; ``attend`` asks the user's module one step
     at a time (T calls for ``query [B, T, Dq]``) and stacks the answers into [B, T, Dv], [B, T, S].
-    The user's module is ``self.module``, so its parameters are ``attention.module.*``.
+    The user's module is ``self.module``, so its parameters are ``attention.module.*``. What the
+    module raises, or an answer of another form or shape, is a UserCodeFault naming ``label``.
     """
 
-    def __init__(self, module: nn.Module, query_dim: int, key_dim: int, value_dim: int | None = None):
+    def __init__(self, module: nn.Module, query_dim: int, key_dim: int, value_dim: int | None = None,
+                 label: str | None = None):
         super().__init__(query_dim, key_dim, value_dim)
         self.module = module
+        self.label = label or type(module).__name__
         self.form = contract_form(module)
         if self.form == "prepared":
             raise ValueError("UserAttention wraps forward- and score-form mechanisms; use an Attention directly")
@@ -311,10 +358,17 @@ class UserAttention(Attention):
         return torch.stack(contexts, dim=1), torch.stack(weights, dim=1)
 
     def _one_step(self, query: torch.Tensor, prepared: PreparedKeys) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, source = prepared.mask.shape
         if self.form == "forward":
-            return self.module(query, prepared.keys, prepared.values, prepared.mask)
+            with running_user_code(self.label, "forward"):
+                answer = self.module(query, prepared.keys, prepared.values, prepared.mask)
+            return checked_answer(answer, self.label, "forward", (batch, self.output_dim), (batch, source))
         score = cast(Callable[..., torch.Tensor], self.module.score)  # not a tensor, as nn.Module types it
-        scores = score(query, prepared.keys)  # [B, S]
+        with running_user_code(self.label, "score"):
+            scores = score(query, prepared.keys)  # [B, S]
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (batch, source):
+            raise UserCodeFault(self.label, f"score returned {_describe(scores)}, expected a tensor of shape "
+                                            f"{[batch, source]}")
         weights = masked_softmax(scores, prepared.mask, dim=-1)
         return torch.bmm(weights.unsqueeze(1), prepared.values).squeeze(1), weights
 
@@ -339,7 +393,7 @@ def instantiate(cls: type, label: str, query_dim: int, key_dim: int, value_dim: 
         return cls(query_dim=query_dim, key_dim=key_dim, value_dim=value_dim, **options)
     except (Exception, SystemExit) as error:
         raise UserCodeError(
-            f"attention {label!r}: {cls.__name__}(...) failed: {raised(error)}; run attnmt check {label}"
+            f"attention {label!r}: {cls.__name__}(...) {raised(error)}; run attnmt check {label}"
         ) from None
 
 
@@ -350,22 +404,72 @@ def _options_text(options: dict) -> str:
 def build_user_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **options) -> Attention:
     """The mechanism ``name`` names, built for these sizes and behind the built-ins' interface."""
     value_dim = key_dim if value_dim is None else value_dim
-    module = instantiate(load_user_class(name), name, query_dim, key_dim, value_dim, **options)
-    if contract_form(module) == "prepared":
-        return module  # type: ignore[return-value]  # an Attention subclass is already the interface
-    return UserAttention(module, query_dim, key_dim, value_dim)
+    cls = load_user_class(name)
+    if isinstance(cls, type) and issubclass(cls, Attention):  # already the interface: contained in place
+        return cast(Attention, instantiate(_contained_attention(cls, name), name, query_dim, key_dim, value_dim,
+                                           **options))
+    module = instantiate(cls, name, query_dim, key_dim, value_dim, **options)
+    return UserAttention(module, query_dim, key_dim, value_dim, label=name)
 
 
 def build_user_score(name: str, head_dim: int, **options) -> nn.Module:
     """The Transformer form: the class ``name`` names, built with query_dim = key_dim = value_dim =
     ``head_dim``; its ``score(q [B, h, T, d], k [B, h, S, d]) -> [B, h, T, S]`` replaces q·kᵀ/√d."""
-    module = instantiate(load_user_class(name), name, head_dim, head_dim, head_dim, **options)
+    cls = load_user_class(name)
+    module = instantiate(_contained_score(cls, name) if callable(getattr(cls, "score", None)) else cls, name,
+                         head_dim, head_dim, head_dim, **options)
     if not callable(getattr(module, "score", None)):
         raise UserCodeError(
             f"attention {name!r}: a Transformer takes a class with score(q [B, h, T, d], k [B, h, S, d]); "
             f"{type(module).__name__} has no score method"
         )
     return module
+
+
+_CONTAINED: dict[tuple[type, str], type] = {}
+
+
+def _contained_attention(cls: type, label: str) -> type:
+    """A subclass of the user's ``Attention`` subclass whose ``prepare`` and ``attend`` turn what the
+    user's code raises, and an answer of another shape, into a UserCodeFault. Being a subclass, it
+    holds the same parameters under the same names as ``cls``, so checkpoints are unchanged."""
+    if (cls, label) not in _CONTAINED:
+        def prepare(self, keys, values, mask=None):
+            with running_user_code(label, "prepare"):
+                return cls.prepare(self, keys, values, mask)
+
+        def attend(self, query, prepared, step=None):
+            with running_user_code(label, "attend"):
+                answer = cls.attend(self, query, prepared, step)
+            batch, source = prepared.mask.shape
+            steps = tuple(query.shape[1:2]) if query.dim() == 3 else ()
+            return checked_answer(answer, label, "attend", (batch, *steps, self.output_dim), (batch, *steps, source))
+
+        _CONTAINED[cls, label] = _subclass(cls, prepare=prepare, attend=attend)
+    return _CONTAINED[cls, label]
+
+
+def _contained_score(cls: type, label: str) -> type:
+    """The Transformer form's class with its ``score`` contained, as ``_contained_attention`` does:
+    scores must be a tensor of shape [B, h, T, S] for q [B, h, T, d] and k [B, h, S, d]."""
+    if (cls, label) not in _CONTAINED:
+        def score(self, q, k):
+            with running_user_code(label, "score"):
+                scores = cls.score(self, q, k)
+            expected = (*q.shape[:-1], k.shape[-2])
+            if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != expected:
+                raise UserCodeFault(label, f"score returned {_describe(scores)}, expected [B, h, T, S] = "
+                                           f"{list(expected)}")
+            return scores
+
+        _CONTAINED[cls, label] = _subclass(cls, score=score)
+    return _CONTAINED[cls, label]
+
+
+def _subclass(cls: type, **methods: Callable) -> type:
+    """A subclass of ``cls`` with ``methods`` in place, named and placed as ``cls`` is."""
+    namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__, **methods}
+    return type(cls.__name__, (cls,), namespace)
 
 
 # -- what a run keeps, and the gate when it is loaded -------------------------------------------------

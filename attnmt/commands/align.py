@@ -409,8 +409,8 @@ def run(args: argparse.Namespace) -> int:
 
     _check_options(args)
     out = check_output(args.out, "--out", args.overwrite,
-                       inputs=[args.src, args.tgt, args.gold, args.also_src, args.also_tgt, args.vectors, args.hf,
-                               *(args.model or [])])
+                       inputs=[args.src, args.tgt, args.gold, args.also_src, args.also_tgt, args.vectors,
+                               *(args.hf or []), *(args.model or [])])
     # Words keep their case here: a translator needs it, vector attention lower-cases for itself.
     src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt)
     gold = None

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.decoding.translator import Translation, Translations
+from attnmt.decoding.translator import Translation, Translations, source_texts
 from attnmt.errors import ConfigError
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, SpecialIds, force_decode
 from attnmt.models.saliency import SaliencyOptions, saliency
@@ -173,7 +173,7 @@ class HFTranslator:
         for name, value in (("beam", beam), ("batch_size", batch_size)):
             if not is_int(value) or value < 1:
                 raise ConfigError(f"{name}={value!r}: must be an integer >= 1")
-        sentences = [str(sentence) for sentence in sentences]
+        sentences = source_texts(sentences)
         results: list[Translation] = []
         bar = tqdm(total=len(sentences), desc=f"translate (beam {beam})", unit="sent", leave=False) \
             if progress else None

@@ -53,7 +53,7 @@ from attnmt.runtime.device import (
 from attnmt.runtime.precision import autocast, check_precision
 from attnmt.runtime.renames import renamed_parameters
 
-__all__ = ["Translation", "Translations", "Translator"]
+__all__ = ["Translation", "Translations", "Translator", "source_texts"]
 
 
 @dataclass
@@ -79,6 +79,20 @@ class Translation:
 class Translations(list):
     """The list ``Translator.translate`` returns (of ``Translation``); in a notebook it renders as
     the interactive attention viewer when its translations carry attention (module docstring)."""
+
+
+def source_texts(sentences: Sequence[Any]) -> list[str]:
+    """``sentences`` as a list of strings; TypeError naming the first item that is not one (``None``
+    would otherwise be translated as the text "None")."""
+    texts = list(sentences)
+    wrong = next((number for number, text in enumerate(texts) if not isinstance(text, str)), None)
+    if wrong is not None:
+        raise TypeError(f"translate: sentence {wrong + 1} is {_shown(texts[wrong])}, not a string")
+    return texts
+
+
+def _shown(value: Any) -> str:
+    return "None" if value is None else f"a {type(value).__name__} ({str(value)[:40]!r})"
 
 
 class Translator:
@@ -251,7 +265,7 @@ class Translator:
             raise ConfigError(f"batch_size={batch_size!r}: must be an integer >= 1")
         alpha = search.alpha if alpha is None else alpha
         precision = check_precision(search.precision if precision is None else precision)
-        sentences = [str(sentence) for sentence in sentences]
+        sentences = source_texts(sentences)
         if not sentences:
             return Translations()
         src_ids = self.tokenizers.src.encode_many(sentences)

@@ -195,7 +195,20 @@ def load_checkpoint(
         )
     if not isinstance(checkpoint["model"], dict) or not isinstance(checkpoint["tokenizers"], dict):
         raise CheckpointError(f"{path}: checkpoint's 'model' and 'tokenizers' entries must be dictionaries")
+    _check_weights(checkpoint["model"], path)
     return checkpoint
+
+
+def _check_weights(state: dict, path: Path) -> None:
+    """CheckpointError when a weight is not a tensor, or holds a value that is not finite (a training
+    that diverged, or an edited file): such a model would translate into nothing but "⁇"."""
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{path}: weight {name!r} is a {type(tensor).__name__}, not a tensor")
+        if tensor.is_floating_point() or tensor.is_complex():
+            if tensor.is_complex() or not bool(torch.isfinite(tensor).all()):
+                raise CheckpointError(f"{path}: weight {name!r} holds values that are not finite real numbers; the "
+                                      "checkpoint comes from a training that diverged, or was edited")
 
 
 def _upgrade_from_version_1(checkpoint: dict) -> dict:

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from attnmt.data import batch_indices, collate, shard
 from attnmt.decoding.translator import Translator
+from attnmt.errors import TrainingDiverged
 from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
@@ -111,6 +112,7 @@ class Trainer:
         self.verbose = verbose
         self.parts: TrainingParts | None = None
         self._last_saved: tuple | None = None
+        self._last_saved_step: int | None = None  # the step last.pt holds
         self._tensorboard: TensorBoardLog | None = None  # with training.tensorboard, on rank 0
         self._minutes_spent: float | None = None  # share of max_minutes at the last reading of the clock
 
@@ -144,7 +146,7 @@ class Trainer:
             self._tensorboard = TensorBoardLog(self.run_dir)
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
         if parts.resumed:
-            self._last_saved = progress.position()
+            self._last_saved, self._last_saved_step = progress.position(), progress.step
         progress.stop_reason = None
         while progress.stop_reason is None:
             if training.early_stopping_patience is not None and plateau.stale >= training.early_stopping_patience:
@@ -308,6 +310,7 @@ class Trainer:
         progress.elapsed_seconds += validation_seconds
         progress.last_eval_step = progress.step
         val_loss = record["val_loss"]
+        self._check_finite("the validation loss", val_loss)
         improved = parts.plateau.update(val_loss, progress.step, epoch_label, record["val_bleu"], at_epoch_end,
                                         progress.elapsed_seconds, progress.target_tokens)
         if at_epoch_end:
@@ -334,6 +337,7 @@ class Trainer:
             f" | lr {self._lr():.2e}{' | best so far' if improved else ''}"
         )
         if improved and self.context.is_main:
+            self._check_finite("a weight")
             save_checkpoint(self._checkpoint(with_training_state=False), self.run_dir / BEST)
 
     def _validate(self, epoch_label: int) -> dict[str, Any]:
@@ -394,6 +398,7 @@ class Trainer:
         if window.steps == 0:
             return
         nll = window.per_token(window.nll)
+        self._check_finite("the training loss", window.per_token(window.loss))
         resident = resident_bytes()
         record = {
             "type": "train",
@@ -440,10 +445,32 @@ class Trainer:
         )
 
     def _save_last(self) -> None:
+        window = self._parts.window
+        if window.steps:
+            self._check_finite("the training loss", window.per_token(window.loss))
+        self._check_finite("a weight")
         rng_states = self.context.all_gather_object(capture_rng_state())  # collective: every rank
         if self.context.is_main:
             save_checkpoint(self._checkpoint(with_training_state=True, rng_states=rng_states), self.run_dir / LAST)
         self._last_saved = self._parts.progress.position()
+        self._last_saved_step = self._parts.progress.step
+
+    def _check_finite(self, what: str, value: float | None = None) -> None:
+        """TrainingDiverged (one line) when ``value`` (None: every weight) is not finite: nothing more
+        is trained or written, and last.pt keeps the last step whose weights were finite. A step
+        that fp16 skipped for an overflowing gradient changed no weight, so it passes."""
+        if value is None:
+            weights = [parameter.detach() for parameter in self._parts.model.parameters()]
+            value = float(torch.stack(torch._foreach_norm(weights)).sum()) if weights else 0.0
+        if math.isfinite(value):
+            return
+        last = self.run_dir / LAST
+        kept = (f"{last} keeps step {self._last_saved_step}, the last checkpoint" if self._last_saved_step is not None
+                else "no checkpoint was written")
+        raise TrainingDiverged(
+            f"step {self._parts.progress.step}: {what} is {value} (not finite), so training stopped; {kept}. "
+            "A mechanism that gives NaN (attnmt check tells), or too high a training.lr"
+        )
 
     def _finish(self) -> TrainResult:
         """The result, and the final "summary" record (in metrics.jsonl only: not in the history a

@@ -181,15 +181,63 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
 _OPTIONAL_FIELDS = ("saliency", "saliency_method")
 
 
-def _record(values: dict, weights: Any, saliency: Any, where: str) -> AttentionRecord:
+_TEXT_FIELDS = ("source", "output")
+_WORD_LISTS = ("src_pieces", "out_pieces", "src_words", "out_words")
+
+
+def _check_fields(values: Any, where: str) -> None:
+    """DataError naming the field when a record's fields are not what ``translate`` writes: a
+    hand-edited or foreign file is refused here, not in a later traceback."""
+    if not isinstance(values, dict):
+        raise DataError(f"{where}: not an attention record of attnmt (a {type(values).__name__}, not a mapping)")
+    missing = [key for key in ("index", *_TEXT_FIELDS, *_WORD_LISTS, "src_word_of_piece", "out_word_of_piece")
+               if key not in values]
+    if missing:
+        raise DataError(f"{where}: not an attention record of attnmt (no {', '.join(missing)})")
+    if not isinstance(values["index"], int) or isinstance(values["index"], bool) or values["index"] < 0:
+        raise DataError(f"{where}: index must be an integer >= 0, got {values['index']!r}")
+    for key in _TEXT_FIELDS:
+        if not isinstance(values[key], str):
+            raise DataError(f"{where}: {key} must be a string, got {values[key]!r:.80}")
+    for key in _WORD_LISTS:
+        if not isinstance(values[key], list) or not all(isinstance(word, str) for word in values[key]):
+            raise DataError(f"{where}: {key} must be a list of strings")
+    for side in ("src", "out"):
+        owners, pieces, words = values[f"{side}_word_of_piece"], values[f"{side}_pieces"], values[f"{side}_words"]
+        if (not isinstance(owners, list) or len(owners) != len(pieces)
+                or not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(words) for k in owners)):
+            raise DataError(f"{where}: {side}_word_of_piece must give, for each of the {len(pieces)} pieces, the "
+                            f"number of its word (0 to {len(words) - 1})")
+    method = values.get("saliency_method")
+    if method is not None and not isinstance(method, str):
+        raise DataError(f"{where}: saliency_method must be a string or null, got {method!r:.80}")
+
+
+def _real_array(value: Any, what: str, where: str) -> np.ndarray:
+    """``value`` as a float32 array: finite real numbers only (a complex, text or object array, NaN
+    or infinity is a DataError naming ``what``)."""
     try:
-        weights = np.asarray(weights, dtype=np.float32)
-        saliency = None if saliency is None else np.asarray(saliency, dtype=np.float32)
-        record = AttentionRecord(**{key: values[key] for key in AttentionRecord.__dataclass_fields__
-                                    if key not in ("weights", *_OPTIONAL_FIELDS)},
-                                 weights=weights, saliency=saliency, saliency_method=values.get("saliency_method"))
-    except (KeyError, TypeError, ValueError) as error:
-        raise DataError(f"{where}: not an attention record of attnmt ({type(error).__name__}: {error})") from None
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise DataError(f"{where}: {what} are not an array of numbers ({error})") from None
+    if array.dtype.kind not in "biuf":
+        raise DataError(f"{where}: {what} must be real numbers, got an array of {array.dtype}")
+    array = array.astype(np.float32)
+    if not np.isfinite(array).all():
+        raise DataError(f"{where}: {what} hold a value that is not finite (NaN or infinity)")
+    return array
+
+
+def _record(values: Any, weights: Any, saliency: Any, where: str) -> AttentionRecord:
+    _check_fields(values, where)
+    weights = _real_array(weights, "the weights", where)
+    if weights.size and not (weights.min() >= 0 and weights.max() <= 1 + 1e-4):
+        raise DataError(f"{where}: the weights must lie in [0, 1] (attention weights), found "
+                        f"{float(weights.min()):.3g} to {float(weights.max()):.3g}")
+    saliency = None if saliency is None else _real_array(saliency, "the saliency values", where)
+    record = AttentionRecord(**{key: values[key] for key in AttentionRecord.__dataclass_fields__
+                                if key not in ("weights", *_OPTIONAL_FIELDS)},
+                             weights=weights, saliency=saliency, saliency_method=values.get("saliency_method"))
     shape = (len(record.out_pieces), len(record.src_pieces))
     if weights.ndim != 4 or weights.shape[2:] != shape:
         raise DataError(f"{where}: weights of shape {list(weights.shape)}, expected [L, h, {shape[0]}, {shape[1]}]")
@@ -210,6 +258,8 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                 if "format" not in archive or str(archive["format"]) != FORMAT:
                     raise DataError(f"{path}: not an attention file of attnmt (no format {FORMAT!r})")
                 described = json.loads(str(archive["records"]))
+                if not isinstance(described, list):
+                    raise DataError(f"{path}: not an attention file of attnmt (its records are not a list)")
                 return [_record(values, archive[f"weights_{number}"],
                                 archive[f"saliency_{number}"] if f"saliency_{number}" in archive else None,
                                 f"{path}: record {number}")
