@@ -34,9 +34,10 @@ from torch import nn
 
 from attnmt.attention.mechanisms import Attention
 from attnmt.attention.multihead import MultiHeadAttention
-from attnmt.attention.registry import build_attention, canonical_name
-from attnmt.attention.user import UserCodeFault, build_user_score, contract_form, raised
+from attnmt.attention.registry import build_attention, canonical_name, is_builtin
+from attnmt.attention.user import UserCodeError, UserCodeFault, build_user_score, contract_form, raised
 from attnmt.errors import ConfigError
+from attnmt.runtime.memory import available_ram
 
 __all__ = ["CheckReport", "PropertyResult", "check_mechanism"]
 
@@ -415,6 +416,36 @@ PROPERTIES: list[tuple[str, Callable[[Subject, torch.Generator], str]]] = [
 ]
 
 
+#: the largest sizes ``check`` builds a mechanism with (a size beyond is a typo, not a test)
+MAX_DIM, MAX_HEADS = 65536, 1024
+
+
+def _check_memory(name: str, model: str, dims: tuple[int, int, int], heads: int, options: dict[str, Any]) -> None:
+    """ConfigError before anything is allocated when the sizes cannot fit: each within bounds, and
+    the mechanism's parameters (counted on the meta device) with their float64 copies and gradients
+    within half the free memory. A user mechanism that cannot be built on meta is built for real."""
+    if not all(1 <= size <= MAX_DIM for size in dims) or not 1 <= heads <= MAX_HEADS:
+        raise ConfigError(f"dims={' '.join(map(str, dims))} heads={heads}: each size must be from 1 to {MAX_DIM}, "
+                          f"the heads from 1 to {MAX_HEADS}")
+    try:
+        with torch.device("meta"):
+            module = Subject(name, model, dims, heads, options).module
+    except UserCodeError:
+        raise
+    except TypeError as error:  # a built-in's constructor: an option it does not take
+        raise ConfigError(f"{error} (an option given to it)") from None
+    except Exception:  # noqa: BLE001 - a user's code that does not run on meta: let the real build decide
+        return
+    needed = 32 * sum(parameter.numel() for parameter in module.parameters())  # float32 and float64, with grads
+    free = available_ram()
+    if free is not None and needed > free // 2:
+        given = ", ".join(f"{key}={value!r}" for key, value in options.items())
+        raise ConfigError(f"{name!r} built with sizes {' '.join(map(str, dims))}, {heads} heads"
+                          f"{f' and the options {given}' if given else ''} would hold "
+                          f"{needed / 2**30:.1f} GiB of parameters and gradients, more than half of the "
+                          f"{free / 2**30:.1f} GiB free; choose smaller sizes")
+
+
 def check_mechanism(
     spec: str, model: str = "rnn", dims: tuple[int, int, int] = (32, 32, 24), heads: int = 4,
     options: dict[str, Any] | None = None, speed: bool = True, seed: int = 0,
@@ -427,11 +458,19 @@ def check_mechanism(
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     started = time.perf_counter()
-    name = canonical_name(spec)
+    try:
+        name = canonical_name(spec)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(str(error)) from None
     if name == "none":
         raise ConfigError("'none' attends to nothing (its weights are all 0): it has no weights to check")
+    if model == "transformer" and is_builtin(name):
+        raise ConfigError(f"{spec!r} is a built-in mechanism; model='transformer' checks your own score(q, k) class "
+                          "(path/to/file.py:Class), used in every layer of a Transformer")
+    options = dict(options or {})
+    _check_memory(name, model, dims, heads, options)
     torch.manual_seed(seed)
-    subject = Subject(name, model, dims, heads, dict(options or {}))
+    subject = Subject(name, model, dims, heads, options)
     report = CheckReport(spec=name, model=model, form=subject.form)
     for property_name, test in PROPERTIES:
         if property_name == "speed" and not speed:

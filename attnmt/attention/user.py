@@ -230,17 +230,18 @@ def _import_spec(spec: str) -> type:
 
 
 def _import_file(path: Path, label: str, source: str | None = None, kept_in: str | None = None) -> types.ModuleType:
-    """Import the Python file ``path`` as a module named after its content: the same text is
-    imported once per process, an edited file afresh. With ``kept_in`` (a run), ``source`` is the
+    """Import the Python file ``path`` as a module named after it and its content: the same file
+    with the same text is imported once per process, an edited file afresh. With ``kept_in`` (a run), ``source`` is the
     text that run keeps: it runs under the name ``path.name (kept in RUN)`` and nothing is read."""
     try:
         code = source if kept_in is not None and source is not None else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UserCodeError(f"attention {label!r}: cannot read {path}: {error}") from None
-    module_name = f"attnmt_user_{path.stem}_{hashlib.sha256(code.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    filename = str(path) if kept_in is None else f"{path.name} (kept in {kept_in})"
+    identity = hashlib.sha256(f"{filename}\0{code}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    module_name = f"attnmt_user_{path.stem}_{identity}"  # one module per file and text
     if module_name in sys.modules:
         return sys.modules[module_name]
-    filename = str(path) if kept_in is None else f"{path.name} (kept in {kept_in})"
     hint = f"; run attnmt check {label} to see what is wrong" if kept_in is None else ""
     module = types.ModuleType(module_name)
     module.__file__ = filename

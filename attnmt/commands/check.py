@@ -62,14 +62,17 @@ def spec_file(spec: str) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from attnmt.attention.conformance import check_mechanism
+    from attnmt.attention.conformance import MAX_DIM, MAX_HEADS, check_mechanism
     from attnmt.errors import ConfigError, OutputError
     from attnmt.runtime.atomic_files import write_text_atomic
     from attnmt.runtime.outputs import check_output
     from attnmt.runtime.tables import format_table
 
-    if any(size < 1 for size in args.dims) or args.heads < 1:
-        raise ConfigError(f"--dims {' '.join(map(str, args.dims))} --heads {args.heads}: sizes must be >= 1")
+    if not all(1 <= size <= MAX_DIM for size in args.dims) or not 1 <= args.heads <= MAX_HEADS:
+        raise ConfigError(f"--dims {' '.join(map(str, args.dims))} --heads {args.heads}: each size must be from 1 "
+                          f"to {MAX_DIM}, the heads from 1 to {MAX_HEADS}")
+    if not all(spec.strip() for spec in args.specs):
+        raise ConfigError("SPEC: an empty name; give path/to/file.py:ClassName or a mechanism's name")
     if args.json is not None:
         check_output(args.json, "--json", args.overwrite, [spec_file(spec) for spec in args.specs])
     options = _options(args.option)

@@ -35,7 +35,7 @@ import yaml
 
 from attnmt.attention.user import CodeRecord
 from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
-from attnmt.runs.run_config import RunConfig, yaml_load
+from attnmt.runs.run_config import DuplicateKeyError, RunConfig, yaml_error_line, yaml_load
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.checks import check_plain_name
 
@@ -152,12 +152,21 @@ def read_saved_config(run_dir: str | Path) -> dict | None:
     A run saved before an option existed ran as ``SAVED_BEFORE_OPTIONS`` says, which the dict then
     holds: a new default must not change a run half-way through (``train --resume``)."""
     path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
-        return _with_old_defaults(yaml_load(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        saved = yaml_load(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as error:
+        raise ConfigError(f"{path}:{error.line}: {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: the run's config is {yaml_error_line(error)}") from None
+    except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the run's config ({error})") from None
+    if not isinstance(saved, dict):
+        found = "empty" if saved is None else f"a {type(saved).__name__}, not a mapping of sections"
+        raise ConfigError(f"{path}: the run's config is {found}; it was damaged (each checkpoint keeps a copy "
+                          "of the config)")
+    return _with_old_defaults(saved)
 
 
 def config_differences(old: dict, new: dict, prefix: str = "") -> list[str]:

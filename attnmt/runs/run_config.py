@@ -402,7 +402,7 @@ def yaml_error_line(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"not valid YAML: {where}{problem}"
+    return f"not valid YAML: {where}{' '.join(str(problem).split())}"
 
 
 def _source_of(message: str, overrides: dict[str, Any], set_options: Sequence[str], path: Path) -> str:
@@ -469,7 +469,7 @@ def apply_overrides(values: dict, overrides: dict[str, Any], set_options: list[s
         try:
             parsed = yaml_load(raw) if raw.strip() else None
         except yaml.YAMLError as error:
-            raise ConfigError(f"set_options={option!r}: the value is not valid YAML ({error})") from None
+            raise ConfigError(f"{target.strip()}: the value {raw.strip()!r:.60} is {yaml_error_line(error)}") from None
         _section(values, section)[key] = parsed
     return values
 
