@@ -283,3 +283,21 @@ def test_a_mechanism_giving_nan_stops_training_and_keeps_the_last_good_checkpoin
     assert status == 2 and len(error) == 1 and "not finite" in error[0] and "last.pt keeps step" in error[0], error
     last = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert all(torch.isfinite(tensor).all() for tensor in last["model"].values())
+
+
+def test_compare_reuses_a_run_only_while_its_mechanism_holds_the_same_code(tmp_path, capsys):
+    code = tmp_path / "mine.py"
+    code.write_text(MECHANISM, encoding="utf-8")
+    config = tiny_run_config(tmp_path, train_pairs=20, valid_pairs=2, examples=0, bleu_max_sentences=0)
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    argv = ["compare", "--config", str(config_path), "--attention", f"{code}:MyAttention", "--runs", "1",
+            "--max-steps", "1", "--split", "valid", "--out", str(tmp_path / "compared"), "--no-progress"]
+    assert cli_main(argv) == 0
+    code.write_text(MECHANISM + "\n# edited\n", encoding="utf-8")
+    assert cli_main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "was trained with other code than" in error and "put the file back" in error, error
+    code.write_text(MECHANISM, encoding="utf-8")
+    assert cli_main(argv) == 0
+    assert "reused" in capsys.readouterr().out

@@ -42,7 +42,8 @@ from attnmt.runtime.checks import check_plain_name
 __all__ = [
     "BEST", "CONFIG_FILE", "LAST", "LOCK", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
     "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
-    "read_saved_config", "resolve_resume_config", "training_finished", "write_metrics", "writer_lock",
+    "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished", "write_metrics",
+    "writer_lock",
 ]
 
 LAST, BEST = "last.pt", "best.pt"
@@ -287,3 +288,13 @@ def write_code_copy(run_dir: str | Path, record: CodeRecord) -> None:
     write_text_atomic(run_dir / CODE_COPY, record.source)
     summary = {"spec": record.spec, "path": record.path, "sha256": record.sha256}
     write_text_atomic(run_dir / CODE_RECORD, json.dumps(summary, indent=2) + "\n")
+
+
+def read_code_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's ``user_attention.json`` (its mechanism's spec, place and SHA-256 as trained), or None
+    when it is missing or unreadable."""
+    try:
+        summary = json.loads((Path(run_dir) / CODE_RECORD).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return summary if isinstance(summary, dict) else None

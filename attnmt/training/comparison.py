@@ -40,6 +40,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnmt.attention.registry import canonical_name, folder_label, short_name
+from attnmt.attention.trusted_code import remember as remember_code
+from attnmt.attention.user import code_record
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError, ConfigMismatch
@@ -50,6 +52,7 @@ from attnmt.runs.folder import (
     CONFIG_FILE,
     LAST,
     eval_json_path,
+    read_code_summary,
     read_saved_config,
     resolve_resume_config,
     training_finished,
@@ -279,6 +282,8 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
     finished = training_finished(run_dir)
     started_before = run_dir.is_dir() and any(run_dir.iterdir())
     config = _check_same_config(run_dir, requested) if started_before else requested
+    if started_before:
+        _check_same_code(run_dir, requested.model.attention)
     if finished:
         _check_limit_kept(run_dir, requested)
     if finished and report_path.is_file():
@@ -292,9 +297,28 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
         status = "resumed" if (run_dir / LAST).is_file() else "trained"
         log(f"{'resuming' if status == 'resumed' else 'restarting' if started_before else 'training'} {run_dir}")
         Trainer(config, run_dir, resume=started_before, show_progress=show_progress, verbose=verbose,
-                trust_run_code=trust_run_code).run()
+                trust_run_code=trust_run_code, named_attention=requested.model.attention).run()
     return status, evaluate_run(run_dir, split=split, beam=beam, progress=show_progress,
                                 device=config.training.device, trust_run_code=trust_run_code).report
+
+
+def _check_same_code(run_dir: Path, attention: str | None) -> None:
+    """ConfigError when ``run_dir`` was trained with other code than the user mechanism
+    ``attention`` names now (its file edited since): reusing its scores would credit the new code
+    with them. The comparison names the file now, so its code is listed as trusted here, as a new
+    training lists it (``attnmt.attention.trusted_code``)."""
+    record = code_record(attention) if attention is not None else None
+    if record is None:
+        return
+    kept = read_code_summary(run_dir)
+    if kept is None or kept.get("sha256") != record.sha256:
+        was = f"SHA-256 {str(kept.get('sha256'))[:12]}…" if kept else "no record of its code"
+        raise ConfigError(
+            f"{run_dir}: this run was trained with other code than {attention!r} holds now ({was} in the run, "
+            f"{record.sha256[:12]}… in {record.path}); its scores belong to that code. Use another --out folder, "
+            "or put the file back as it was"
+        )
+    remember_code(record.sha256, record.spec)
 
 
 MAX_RUNS = 1000  # seeds per mechanism; more is a typo, not a study (each run is a whole training)
