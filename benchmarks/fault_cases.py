@@ -110,7 +110,8 @@ def _run_with_attention_code(kind: str, case: Path, run: Path, marker: Path, rng
 
 
 def outputs_onto_inputs(rng: random.Random, count: int, folder: Path, run: Path, data: dict[str, Path]):
-    """Each writing command with --overwrite, its output aimed at an input or at a file the run needs."""
+    """Each writing command with --overwrite, its output aimed at an input, at a file the run needs,
+    at the run's own evaluation files and heatmaps, at the mechanism checked or at the vectors read."""
     for number in range(count):
         case = folder / f"onto-{number}"
         copy = Path(shutil.copytree(run, case / "run"))
@@ -118,16 +119,36 @@ def outputs_onto_inputs(rng: random.Random, count: int, folder: Path, run: Path,
         shutil.copy(data["valid.de"], src)
         shutil.copy(data["valid.en"], tgt)
         shutil.copy(data["valid.de"], case / "en.vec")  # a corpus whose name is embed's output
-        run_file = copy / rng.choice(["best.pt", "last.pt", "config.yaml", "metrics.jsonl", "tokenizers.json"])
+        (copy / "examples").mkdir(exist_ok=True)
+        heatmap = copy / "examples" / "epoch01-1.png"
+        heatmap.write_bytes(b"the run's own heatmap")
+        (copy / "hyps-valid.txt").write_text("the run's own translations\n", encoding="utf-8")
+        mechanism = case / "mine.py"
+        mechanism.write_text("import torch\n\nclass Mine(torch.nn.Module):\n    pass\n", encoding="utf-8")
+        vectors = case / "vectors"
+        vectors.mkdir()
+        for name in ("en.vec", "fr.vec"):
+            (vectors / name).write_text("2 2\nein 0.5 0.5\nhund 0.1 0.9\n", encoding="utf-8")
+        run_file = copy / rng.choice(["best.pt", "last.pt", "config.yaml", "metrics.jsonl", "tokenizers.json",
+                                      "hyps-valid.txt", "examples/epoch01-1.png"])
         choices = [
             ("view", ["view", str(copy), "--split", "valid", "-n", "1", "--out", str(run_file)], [run_file]),
             ("translate --attention-out", ["translate", str(copy), "Ein Hund.", "--attention-out", str(run_file)],
              [run_file]),
             ("translate --plot", ["translate", str(copy), "Ein Hund.", "--plot", str(run_file)], [run_file]),
+            ("translate --plot onto a heatmap", ["translate", str(copy), "Ein Hund.", "--plot", str(heatmap)],
+             [heatmap]),
             ("align --out", ["align", "--model", str(copy), "--src", str(src), "--tgt", str(tgt), "--out",
-                             str(rng.choice([src, tgt]))], [src, tgt]),
-            ("curves --out", ["curves", str(copy), "--out", str(copy / "metrics.jsonl")], [copy / "metrics.jsonl"]),
+                             str(rng.choice([src, tgt, copy / "hyps-valid.txt"]))],
+             [src, tgt, copy / "hyps-valid.txt"]),
+            ("align --vectors --out", ["align", "--vectors", str(vectors), "--src", str(src), "--tgt", str(tgt),
+                                       "--out", str(vectors / rng.choice(["en.vec", "fr.vec"]))],
+             [vectors / "en.vec", vectors / "fr.vec"]),
+            ("curves --out", ["curves", str(copy), "--out", str(rng.choice([copy / "metrics.jsonl", heatmap]))],
+             [copy / "metrics.jsonl", heatmap]),
             ("check --json", ["check", "mean", "--no-speed", "--json", str(run_file)], [run_file]),
+            ("check --json onto the mechanism", ["check", f"{mechanism}:Mine", "--no-speed", "--json", str(mechanism)],
+             [mechanism]),
             ("align-words --plot", ["align-words", "--src-vectors", str(data["vec"]), "--tgt-vectors",
                                     str(data["vec"]), "--src", "ein hund", "--tgt", "ein hund", "--plot",
                                     str(data["vec"])], [data["vec"]]),
@@ -135,7 +156,7 @@ def outputs_onto_inputs(rng: random.Random, count: int, folder: Path, run: Path,
                              "--dim", "2", "--min-count", "1"], [case / "en.vec"]),
         ]
         family, argv, inputs = choices[number % len(choices)]
-        yield family, [*argv, "--overwrite"], None, inputs, None
+        yield family, [*argv, "--overwrite"], None, inputs, None, {"case": case}
 
 
 NUMERIC_OPTIONS = {
@@ -337,8 +358,14 @@ def signals(rng: random.Random, count: int, folder: Path, run: Path, env: dict) 
 
 
 def classify(code: int, err: str, inputs: list[Path], before: dict[Path, bytes | None], marker: Path | None,
-             partial: list[str]) -> str:
-    """The outcome of one case; a file that ran code, or a user's file changed, before anything else."""
+             partial: list[str], expect: dict | None = None, out: str = "", escaped: list[str] | None = None) -> str:
+    """The outcome of one case; a file that ran code, or a user's file changed, before anything else.
+
+    ``expect``: ``must_fail`` (status 0 is a silent wrong result: the case is broken), ``result_status``
+    (a status other than 0 that is a result, as ``check``'s 1 for a failing property), ``no_garbage``
+    (a translation of nothing but unknown pieces is a silent wrong result). ``escaped``: files a case
+    wrote outside its folder."""
+    expect = expect or {}
     if marker is not None and marker.exists():
         marker.unlink()
         return "ran code"
@@ -346,18 +373,30 @@ def classify(code: int, err: str, inputs: list[Path], before: dict[Path, bytes |
         now = path.read_bytes() if path.is_file() else None
         if now != before.get(path):
             return "user file changed"
+    if escaped:
+        return "lost"  # written outside the folder it belongs to
     if code == -1:
         return "traceback"
     if code == -2:
         return "hang"
     if partial:
         return "partial file left"
-    if code == 0:
+    result_status = expect.get("result_status", 0)
+    if code in (0, result_status):
+        if code == 0 and expect.get("must_fail"):
+            return "different result"
+        if expect.get("no_garbage") and out.strip() and not out.replace("⁇", "").strip():
+            return "different result"
         return "correct"
     last = err.strip().splitlines()[-1] if err.strip() else ""
-    if code == 2 and "error:" in last and "Traceback" not in err:
+    if code == 2 and "error:" in last and "Traceback" not in err and _one_error(err):
         return "clear error"
     return f"other (status {code})"
+
+
+def _one_error(err: str) -> bool:
+    """One line of error, whatever status lines came before it."""
+    return sum("error:" in line for line in err.splitlines()) == 1
 
 
 READ_ONLY_COMMANDS = {

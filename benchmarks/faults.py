@@ -28,17 +28,26 @@
    input of a case (or a file its run needs) must hold the same bytes after it as before.
 7. Read-only folders: every writing command aimed into a folder mounted read-only (``unshare -m``,
    where the machine allows it: root ignores ``chmod``); one line, status 2, the folder unchanged.
+8. Run folders as untrusted input (``fault_untrusted.py``): a run's config.yaml edited at one key
+   (every key, other types, path forms, a hostile spec), its checkpoints edited at one entry (their
+   config, progress, format, weights, and the record of a user mechanism's code pointed at hostile
+   code with its real SHA-256), and user mechanisms that misbehave in each form, at import, in their
+   constructor or when called, run by check, train, compare and the loading commands. Nothing may
+   run without --trust-run-code, nothing be written outside the case's folder, and a misbehaving
+   mechanism never ends with status 0 (check: 1, a failing property).
 
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
 "unreadable checkpoint", "different result", "partial file left" (a temporary file a killed write
 left that the resumed run did not remove, or a command left), "lost" (an output neither its old nor
-its new self, or a run that cannot resume to the same end), "hang" (past the time limit), "ran
-code" (a file's code ran), "user file changed" (an input was changed). The table and
+its new self, a run that cannot resume to the same end, or a file written outside the case's
+folder), "hang" (past the time limit), "ran code" (a file's code ran), "user file changed" (an
+input was changed); "different result" also counts a misbehaving mechanism that ends with status
+0 and a damaged checkpoint that translates into nothing but unknown pieces. The table and
 ``benchmarks/results/faults.json`` count them.
 
-    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 8 minutes)
-    python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50 --hostile 16 --onto 16 --numbers 40 \\
-        --formats 15 --signals 5    # a quick look
+    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 20 minutes)
+    python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50 --hostile 16 --onto 22 --numbers 40 \\
+        --formats 15 --signals 5 --configs 40 --checkpoints 60 --mechanisms 40    # a quick look
 """
 
 from __future__ import annotations
@@ -74,8 +83,10 @@ from fault_cases import (
     signals,
     structured_formats,
 )
+from fault_untrusted import edited_checkpoints, edited_configs, misbehaving_mechanisms
 from portable import portable
 
+from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
 from attnmt.cli import main as cli_main
 from attnmt.errors import CheckpointError
 from attnmt.runs.checkpoint import load_checkpoint
@@ -607,23 +618,53 @@ def recorded_cases(categories: dict[str, list[dict]]) -> dict:
     return recorded
 
 
-GENERATED = ("fuzzed input", "hostile files", "outputs onto inputs", "odd numbers", "structured formats")
+GENERATED = ("fuzzed input", "hostile files", "outputs onto inputs", "odd numbers", "structured formats",
+             "edited run configs", "edited checkpoints", "misbehaving mechanisms")
+
+
+def untrusted_setup(folder: Path, config: Path, reference: Path) -> tuple[list[Path], Path, dict[str, Path]]:
+    """What the categories of untrusted runs start from: plain runs (the reference, and a Transformer),
+    a run trained here with a user mechanism, and the configs of an RNN and a Transformer."""
+    settings = yaml.safe_load(config.read_text(encoding="utf-8"))
+    transformer = dict(settings, model={"type": "transformer", "d_model": 16, "num_heads": 2, "ffn_dim": 32,
+                                        "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0})
+    configs = {"rnn": config, "transformer": save_yaml(folder, transformer, "transformer.yaml")}
+    mechanism = folder / "my_attention.py"
+    shutil.copy(PROJECT / "examples" / "my_attention.py", mechanism)
+    for name, path, extra in (("transformer-run", configs["transformer"], []),
+                              ("user-run", config, ["--attention", f"{mechanism}:MyAttention", "--set",
+                                                    "model.attention_options={attention_dim: 8}"])):
+        subprocess.run([*train_command(path, folder / name), "--max-steps", "10", *extra], env=ENV, check=True,
+                       capture_output=True)
+    return [reference, folder / "transformer-run"], folder / "user-run", configs
 
 
 def run_cases(cases, folder: Path) -> list[dict]:
-    """Run generated (family, argv, stdin, inputs, marker) cases in this process and classify them."""
+    """Run generated (family, argv, stdin, inputs, marker[, expectations]) cases in this process and
+    classify them. With ``expectations["case"]``, the case's own folder: temporary files are looked
+    for there, a file written into the benchmark's folder or its parent counts as lost (it escaped
+    the case), and the folder is removed once the case is classified (thousands of cases stay cheap)."""
     results = []
-    for family, argv, stdin, inputs, marker in cases:
+    around = [folder, folder.parent]
+    for family, argv, stdin, inputs, marker, *rest in cases:
+        expect = rest[0] if rest else {}
+        case = expect.get("case")
+        searched = case if case is not None else folder
         before = {path: path.read_bytes() if path.is_file() else None for path in inputs}
-        temporary = set(folder.rglob("*.tmp"))
-        code, _, err = run_cli(argv, stdin)
-        partial = sorted(str(p.relative_to(folder)) for p in set(folder.rglob("*.tmp")) - temporary)
-        outcome = classify(code, err, inputs, before, marker, partial)
+        listed = {place: set(os.listdir(place)) for place in around} if case is not None else {}
+        temporary = set(searched.rglob("*.tmp"))
+        code, out, err = run_cli(argv, stdin)
+        partial = sorted(str(p.relative_to(folder)) for p in set(searched.rglob("*.tmp")) - temporary)
+        escaped = [f"{place}/{name}" for place, names in listed.items() for name in set(os.listdir(place)) - names]
+        outcome = classify(code, err, inputs, before, marker, partial, expect, out, escaped)
         last = err.strip().splitlines()[-1] if err.strip() else ""
         results.append({"family": family, "argv": [a.replace(str(folder), "$RUNS")[:80] for a in argv],
-                        "outcome": outcome, "message": last.replace(str(folder), "$RUNS")[:300]})
+                        "outcome": outcome, "message": last.replace(str(folder), "$RUNS")[:300],
+                        **({"escaped": escaped} if escaped else {})})
         if outcome not in ("correct", "clear error"):
             print(f"  {family}: {outcome}: {' '.join(argv)[:150]} -> {last[:200]}", flush=True)
+        if case is not None:
+            shutil.rmtree(case, ignore_errors=True)
     return results
 
 
@@ -633,10 +674,15 @@ def main() -> None:
     parser.add_argument("--disk", type=int, default=40, help="full-disk cases over 8 writing commands (default 40)")
     parser.add_argument("--fuzz", type=int, default=600, help="generated input cases (default 600)")
     parser.add_argument("--hostile", type=int, default=200, help="files that would run code (default 200)")
-    parser.add_argument("--onto", type=int, default=160, help="outputs aimed at inputs (default 160)")
+    parser.add_argument("--onto", type=int, default=220, help="outputs aimed at inputs (default 220)")
     parser.add_argument("--numbers", type=int, default=550, help="odd numbers for numeric options (default 550)")
     parser.add_argument("--formats", type=int, default=400, help="mutated files of each format (default 400)")
     parser.add_argument("--signals", type=int, default=30, help="SIGINT/SIGTERM at random moments (default 30)")
+    parser.add_argument("--configs", type=int, default=500, help="run configs edited at one key (default 500)")
+    parser.add_argument("--checkpoints", type=int, default=500,
+                        help="checkpoints edited at one entry, code records included (default 500)")
+    parser.add_argument("--mechanisms", type=int, default=240,
+                        help="misbehaving user mechanisms in check, train, compare and loading (default 240)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -645,6 +691,8 @@ def main() -> None:
     begun = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="attnmt-faults-") as temporary:
         folder = Path(temporary)
+        # The code a user trained with is listed in a file of the benchmark's own, never the user's.
+        os.environ[TRUST_FILE_VARIABLE] = ENV[TRUST_FILE_VARIABLE] = str(folder / "trusted-code.txt")
         config = save_yaml(folder, tiny_run_config(folder, train_pairs=300, max_epochs=3, max_steps=45,
                                                checkpoint_every=3, examples=0))
         started = time.monotonic()
@@ -679,6 +727,15 @@ def main() -> None:
         categories["signals"] = list(signals(rng, args.signals, folder, reference, ENV))
         running = sum(not case["ended_before_the_signal"] for case in categories["signals"])
         print(f"  {running} of {args.signals} commands were still running when the signal came", flush=True)
+        runs, user_run, configs = untrusted_setup(folder, config, reference)
+        print(f"edited run configs: {args.configs} cases", flush=True)
+        categories["edited run configs"] = run_cases(edited_configs(rng, args.configs, folder, runs, marker), folder)
+        print(f"edited checkpoints: {args.checkpoints} cases", flush=True)
+        categories["edited checkpoints"] = run_cases(
+            edited_checkpoints(rng, args.checkpoints, folder, runs, user_run, marker), folder)
+        print(f"misbehaving mechanisms: {args.mechanisms} cases", flush=True)
+        categories["misbehaving mechanisms"] = run_cases(
+            misbehaving_mechanisms(rng, args.mechanisms, folder, user_run, configs), folder)
         if read_only_mounts_work():
             print("read-only folders", flush=True)
             categories["read-only folders"] = list(read_only_folders(folder, reference, config, data, ENV))
@@ -699,7 +756,8 @@ def main() -> None:
               "seconds": round(time.monotonic() - begun),
               "torch": torch.__version__, "kills": args.kills, "disk": args.disk, "fuzz": args.fuzz,
               "hostile": args.hostile, "onto": args.onto, "numbers": args.numbers, "formats": args.formats,
-              "signals": args.signals,
+              "signals": args.signals, "configs": args.configs, "checkpoints": args.checkpoints,
+              "mechanisms": args.mechanisms, "cases_in_all": sum(len(cases) for cases in categories.values()),
               "seed": args.seed,
               "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
               "cases": recorded_cases(categories)}

@@ -177,7 +177,28 @@ def test_a_config_yaml_edited_to_name_code_is_never_imported_on_resume(plain_run
                                                       "--no-progress"]))
         assert_nothing_ran(events, marker, code)
         error = capsys.readouterr().err.strip().splitlines()
-        assert len(error) == 1 and "describes another model than" in error[0] and str(config) in error[0], error
+        assert len(error) == 1 and "describes another run than" in error[0] and str(config) in error[0], error
+
+
+def test_a_config_yaml_edited_to_train_otherwise_is_refused_on_resume(plain_run, tmp_path, capsys):
+    run = Path(shutil.copytree(plain_run, tmp_path / "run"))
+    config = run / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("lr: 0.01", "lr: 0.5"), encoding="utf-8")
+    assert cli_main(["train", "--out", str(run), "--resume", "--max-steps", "8", "--no-progress"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "training.lr (0.01 in last.pt, 0.5 in the config)" in error[0], error
+
+
+@pytest.mark.parametrize("damage", [{"step": "4"}, {"epoch": -7}, {"plateau": [1]}, {"window": {"loss": "x"}},
+                                    {"stop_reason": 3}])
+def test_a_damaged_training_state_is_one_line_on_resume(plain_run, tmp_path, capsys, damage):
+    run = Path(shutil.copytree(plain_run, tmp_path / "run"))
+    state = torch.load(run / "last.pt", weights_only=True)
+    state["progress"].update(damage)
+    torch.save(state, run / "last.pt")
+    assert cli_main(["train", "--out", str(run), "--resume", "--max-steps", "8", "--no-progress"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "last.pt: its progress" in error[0] and "damaged" in error[0], error
 
 
 def test_a_spec_named_now_must_hold_the_code_the_run_keeps(user_run, tmp_path, another_machine):

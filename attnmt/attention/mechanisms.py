@@ -164,7 +164,12 @@ class Attention(nn.Module):
                 f"Dq={self.query_dim}; got {tuple(query.shape) if not single else tuple(query.shape[::2])}"
             )
         steps = self._steps(step, query.shape[0], query.shape[1], query.device)
-        weights = self.normalize(self.score(query, prepared), query, prepared, steps)
+        scores = self.score(query, prepared)
+        expected = (query.shape[0], query.shape[1], prepared.mask.shape[1])
+        if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != expected:  # never broadcast silently
+            found = list(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+            raise ValueError(f"{type(self).__name__}.score gave {found}, expected scores [B, T, S] = {list(expected)}")
+        weights = self.normalize(scores, query, prepared, steps)
         context = torch.bmm(weights, prepared.values)
         if single:
             return context.squeeze(1), weights.squeeze(1)

@@ -85,6 +85,8 @@ class DataConfig:
 
         base_dir: the folder relative paths are resolved against (the config file's folder).
         """
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(f"data: must be a mapping of keys to values, got {data!r:.80}")
         data = dict(data or {})
         unknown = sorted(set(data) - set(cls.keys()))
         if unknown:

@@ -20,6 +20,7 @@ holds data and imports nothing of the presentation.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -285,6 +286,10 @@ class Translator:
                 for batch in batches_for_inference(src_ids, batch_size=batch_size):
                     hypotheses = self._search(batch.to(self.device), beam, alpha, return_attention)
                     for index, hypothesis in zip(batch.indices, hypotheses):
+                        if math.isnan(float(hypothesis.score)):
+                            raise CheckpointError(
+                                f"sentence {index + 1}: the model's scores are not numbers (NaN): its weights, "
+                                "or its attention mechanism (attnmt check tells), are broken")
                         results[index] = self._translation(sentences[index], src_ids[index], hypothesis,
                                                            return_attention)
                     if bar is not None:

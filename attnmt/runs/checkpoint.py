@@ -183,7 +183,8 @@ def load_checkpoint(
         )
     model_type = checkpoint["model_type"]
     config = checkpoint["config"]
-    config_type = (config.get("model") or {}).get("type") if isinstance(config, dict) else None
+    model_section = config.get("model") if isinstance(config, dict) else None
+    config_type = model_section.get("type") if isinstance(model_section, dict) else None
     if config_type != model_type:
         raise CheckpointError(
             f"{path}: inconsistent checkpoint: it holds a {model_type!r} model but its config says "
@@ -271,7 +272,7 @@ def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = F
     code trained with on this machine) or the file the user ``named`` now is imported.
 
     Raises UntrustedCodeError (one line, naming the file) when there is no such consent."""
-    model = checkpoint["config"].get("model") or {}
+    model = checkpoint["config"].get("model")  # a dict: load_checkpoint checked its type
     name = model.get("attention", "scaled_dot") if isinstance(model, dict) else "scaled_dot"
     if not isinstance(name, str) or is_builtin(name) or not is_user_name(name):
         return {}  # a built-in, or a name the config check will refuse

@@ -42,8 +42,8 @@ from attnmt.runtime.checks import check_plain_name
 __all__ = [
     "BEST", "CONFIG_FILE", "LAST", "LOCK", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
     "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
-    "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished", "write_metrics",
-    "writer_lock",
+    "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished", "with_old_defaults",
+    "write_metrics", "writer_lock",
 ]
 
 LAST, BEST = "last.pt", "best.pt"
@@ -167,7 +167,7 @@ def read_saved_config(run_dir: str | Path) -> dict | None:
         found = "empty" if saved is None else f"a {type(saved).__name__}, not a mapping of sections"
         raise ConfigError(f"{path}: the run's config is {found}; it was damaged (each checkpoint keeps a copy "
                           "of the config)")
-    return _with_old_defaults(saved)
+    return with_old_defaults(saved)
 
 
 def config_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -220,7 +220,7 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
 SAVED_BEFORE_OPTIONS = {"adam": "pytorch"}
 
 
-def _with_old_defaults(saved_config: dict) -> dict:
+def with_old_defaults(saved_config: dict) -> dict:
     """``saved_config`` with ``SAVED_BEFORE_OPTIONS`` filled in where its training section lacks them."""
     training = saved_config.get("training") if isinstance(saved_config, dict) else None
     if not isinstance(training, dict):

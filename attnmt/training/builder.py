@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,16 @@ from attnmt.runs.folder import (
     LAST,
     LOCK,
     METRICS,
+    RESUMABLE_CHANGES,
     check_run_dir,
     config_differences,
+    with_old_defaults,
     write_code_copy,
     write_metrics,
 )
 from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_atomic
+from attnmt.runtime.checks import is_int
 from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
 from attnmt.runtime.precision import grad_scaler
 from attnmt.training.averaging import WeightAverage
@@ -224,19 +227,24 @@ def _attention_code(
 
 
 def _check_resumable(config: RunConfig, checkpoint: dict, path: Path) -> None:
-    """ConfigError when the config to resume with describes another model than ``path`` holds (a
-    hand-edited ``config.yaml`` cannot name new code or change the model), or when its step limit
-    lies below the step the run has reached (``StepLimitReached``)."""
+    """ConfigError when the config to resume with describes another model or training than ``path``
+    holds, the keys a resumed run may change aside (``RESUMABLE_CHANGES``): a hand-edited
+    ``config.yaml`` cannot name new code, change the model or change the training half-way. And
+    StepLimitReached when its step limit lies below the step the run has reached."""
     try:
-        trained = RunConfig.from_dict(checkpoint["config"]).model
+        trained = RunConfig.from_dict(with_old_defaults(checkpoint["config"]))
     except ConfigError as error:
         raise CheckpointError(f"{path}: its config cannot be read: {error}") from None
-    if trained != config.model:
-        differences = config_differences(trained.to_dict(), config.model.to_dict(), prefix="model.")
+    old, new = trained.to_dict(), config.to_dict()
+    old["training"] = {k: v for k, v in old["training"].items() if k not in RESUMABLE_CHANGES}
+    new["training"] = {k: v for k, v in new["training"].items() if k not in RESUMABLE_CHANGES}
+    differences = [difference for section in ("model", "training")
+                   for difference in config_differences(old[section], new[section], prefix=f"{section}.")]
+    if differences:
         raise ConfigError(
-            f"{path.parent / CONFIG_FILE}: describes another model than {path} holds: "
+            f"{path.parent / CONFIG_FILE}: describes another run than {path} holds: "
             + "; ".join(differences).replace(" in the run, ", f" in {path.name}, ").replace(" now)", " in the config)")
-            + "; a run's model cannot change, start a new run instead"
+            + "; a run's model and training cannot change half-way, start a new run instead"
         )
     step = checkpoint["progress"].get("step") if isinstance(checkpoint["progress"], dict) else None
     limit = config.training.max_steps
@@ -328,7 +336,39 @@ def _guide_position(config: RunConfig, model) -> tuple[int, int | None]:
 
 
 def _restore(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None]) -> None:
-    """Continue from ``last.pt``: weights, optimizer, schedule, position, sums, history, random states."""
+    """Continue from ``last.pt``: weights, optimizer, schedule, position, sums, history, random
+    states. A state that does not fit (a checkpoint edited by hand) is a CheckpointError naming it."""
+    path = parts.run_dir / LAST
+    try:
+        _restore_states(parts, checkpoint, say)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as error:
+        text = " ".join(str(error).split())[:160]
+        raise CheckpointError(f"{path}: its training state is damaged ({type(error).__name__}: {text})") from None
+
+
+def _state_of(cls: Any, state: Any, what: str, path: Path) -> Any:
+    """``cls.from_state_dict(state)`` once every value is of its field's kind: an integer from -1 for
+    an ``int`` field, a number that is not NaN for a ``float`` one, text or null where the field allows
+    them; else CheckpointError naming ``what`` and the value."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: its {what} is damaged (a {type(state).__name__}, not a mapping)")
+    kinds = {field.name: str(field.type) for field in fields(cls)}
+    for key, value in state.items():
+        kind = kinds.get(key)
+        if kind is None:
+            raise CheckpointError(f"{path}: its {what} has an unknown entry {key!r}")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
+        fits = ((value is None and "None" in kind) or (isinstance(value, str) and "str" in kind)
+                or (kind.startswith("int") and is_int(value) and value >= -1)
+                or (kind.startswith(("float", "Sum")) and number))
+        if not fits:
+            raise CheckpointError(f"{path}: its {what} is damaged: {key} is {value!r:.40}")
+    return cls.from_state_dict(state)
+
+
+def _restore_states(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None]) -> None:
     context, path = parts.context, parts.run_dir / LAST
     load_model_state(parts.model, checkpoint, path)
     if parts.average is not None:  # the model now holds the average; the trained weights come back
@@ -341,10 +381,15 @@ def _restore(parts: TrainingParts, checkpoint: dict, say: Callable[[str], None])
     if parts.scaler.is_enabled() and checkpoint.get("scaler"):
         parts.scaler.load_state_dict(checkpoint["scaler"])
     saved = checkpoint["progress"]
-    parts.progress = Progress.from_state_dict(saved)
-    parts.plateau = PlateauTracker.from_state_dict(saved["plateau"])
-    parts.window = RunningStatistics.from_state_dict(saved["window"])
-    parts.epoch_sums = RunningStatistics.from_state_dict(saved["epoch_sums"])
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path}: its progress is damaged (a {type(saved).__name__}, not a mapping)")
+    position = {key: value for key, value in saved.items() if key not in ("plateau", "window", "epoch_sums")}
+    parts.progress = _state_of(Progress, position, "progress", path)
+    parts.plateau = _state_of(PlateauTracker, saved["plateau"], "progress.plateau", path)
+    parts.window = _state_of(RunningStatistics, saved["window"], "progress.window", path)
+    parts.epoch_sums = _state_of(RunningStatistics, saved["epoch_sums"], "progress.epoch_sums", path)
+    if not isinstance(checkpoint["history"], list) or not all(isinstance(r, dict) for r in checkpoint["history"]):
+        raise CheckpointError(f"{path}: its history is damaged (not a list of metric records)")
     parts.history = list(checkpoint["history"])
     parts.resumed = True
     if parts.progress.world_size != context.world_size:
