@@ -231,8 +231,9 @@ def _import_spec(spec: str) -> type:
 
 def _import_file(path: Path, label: str, source: str | None = None, kept_in: str | None = None) -> types.ModuleType:
     """Import the Python file ``path`` as a module named after it and its content: the same file
-    with the same text is imported once per process, an edited file afresh. With ``kept_in`` (a run), ``source`` is the
-    text that run keeps: it runs under the name ``path.name (kept in RUN)`` and nothing is read."""
+    with the same text is imported once per process, an edited file afresh. With ``kept_in`` (a
+    run), ``source`` is the text that run keeps: it runs as ``path.name (kept in RUN)``, and no file
+    is read."""
     try:
         code = source if kept_in is not None and source is not None else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
