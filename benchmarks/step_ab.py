@@ -7,11 +7,15 @@ median target tokens/s, its ratio to the first value (the baseline), and how man
 
     python benchmarks/step_ab.py --lever adam --json benchmarks/results/step_ab_adam.json
     python benchmarks/step_ab.py --lever dropout_mask --json benchmarks/results/step_ab_dropout_mask.json
+    python benchmarks/step_ab.py --lever cpu_bf16 configs/multi30k_rnn_fast.yaml --batches 20 --rounds 4 \\
+        --json benchmarks/results/step_ab_cpu_bf16.json
 
 Levers:
 - ``adam``: ``training.adam`` for_loop (what runs before the option used on a CPU), foreach, fused.
   Also times the optimizer's step alone, the median of 100 after 5.
 - ``dropout_mask``: ``model.dropout_mask`` bernoulli, bytes (RNN recipes).
+- ``cpu_bf16``: a bf16 recipe's steps in bf16 (on) or in fp32 (off): what falling back to fp32 on a
+  CPU without bf16 arithmetic gives (``attnmt.runtime.precision``; also records the CPU's flags).
 
 Needs the Multi30k files (``ATTNMT_DATA_DIR``); trains each recipe's tokenizers in a temporary
 folder first. Run it on an otherwise idle machine. Prints a table; writes the JSON.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -35,6 +40,7 @@ from attnmt.data import batch_indices, collate
 from attnmt.models.dropout import Dropout
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.precision import CPU_BF16_VARIABLE, cpu_has_bf16
 from attnmt.runtime.tables import format_table
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
@@ -59,8 +65,15 @@ def use_dropout_mask(parts, mask: str) -> None:
             module.mask = mask
 
 
+def use_cpu_bf16(parts, value: str) -> None:
+    """``precision: bf16`` runs in bf16 on this CPU ("on", emulated where it has no bf16 arithmetic)
+    or falls back to fp32 ("off"), as $ATTNMT_CPU_BF16 says (``attnmt.runtime.precision``)."""
+    os.environ[CPU_BF16_VARIABLE] = value
+
+
 LEVERS = {"adam": (("for_loop", "foreach", "fused"), use_adam),
-          "dropout_mask": (("bernoulli", "bytes"), use_dropout_mask)}
+          "dropout_mask": (("bernoulli", "bytes"), use_dropout_mask),
+          "cpu_bf16": (("on", "off"), use_cpu_bf16)}
 
 
 def optimizer_step_ms(parts, forms: tuple[str, ...], calls: int = 100) -> dict[str, float]:
@@ -124,6 +137,9 @@ def measure(config_path: str, lever: str, batches_per_round: int, rounds: int, f
     }
     if lever == "adam":
         result["optimizer_step_ms"] = optimizer_step_ms(parts, values)
+    if lever == "cpu_bf16":
+        os.environ.pop(CPU_BF16_VARIABLE, None)
+        result.update(cpu_capability=torch.backends.cpu.get_cpu_capability(), cpu_flags_have_bf16=cpu_has_bf16())
     return result
 
 

@@ -24,6 +24,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # read or extend the list in the user's home.
 TRUST_FOLDER = Path(tempfile.mkdtemp(prefix="attnmt-tests-trust-"))
 os.environ["ATTNMT_TRUSTED_CODE"] = str(TRUST_FOLDER / "trusted-code.txt")
+# bf16 runs as asked on every CPU, emulated where the CPU has none: the tests check its numbers
+# everywhere (attnmt.runtime.precision; tests/test_device.py checks the fall-back to fp32).
+os.environ["ATTNMT_CPU_BF16"] = "on"
 
 
 def pytest_sessionfinish(session, exitstatus):

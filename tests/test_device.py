@@ -12,8 +12,8 @@ import torch
 from attnmt.cli import main as cli_main
 from attnmt.errors import ConfigError
 from attnmt.runs.checkpoint import load_checkpoint
-from attnmt.runtime.device import check_device_name, resolve_device
-from attnmt.runtime.precision import autocast, grad_scaler
+from attnmt.runtime.device import check_device_name, describe, resolve_device
+from attnmt.runtime.precision import autocast, effective_precision, grad_scaler
 
 from helpers import comparable, run_trainer, save_yaml, tiny_run_config
 
@@ -59,6 +59,17 @@ def test_fp16_autocast_and_its_scaler():
     assert grad_scaler("fp16").is_enabled() and not grad_scaler("bf16").is_enabled()
     with autocast("fp32"):
         assert (torch.randn(2, 3) @ torch.randn(3, 4)).dtype == torch.float32
+
+
+def test_bf16_runs_in_fp32_on_a_cpu_without_bf16_and_says_so(monkeypatch):
+    monkeypatch.setenv("ATTNMT_CPU_BF16", "off")  # a CPU without avx512_bf16 or amx_bf16
+    assert effective_precision("bf16", "cpu") == "fp32" and effective_precision("bf16", "cuda") == "bf16"
+    with autocast("bf16", "cpu"):
+        assert (torch.randn(2, 3) @ torch.randn(3, 4)).dtype == torch.float32
+    assert "precision fp32 (not bf16: this CPU has no bf16 arithmetic)" in describe(torch.device("cpu"), "bf16")
+    monkeypatch.setenv("ATTNMT_CPU_BF16", "on")
+    with autocast("bf16", "cpu"):
+        assert (torch.randn(2, 3) @ torch.randn(3, 4)).dtype == torch.bfloat16
 
 
 def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):

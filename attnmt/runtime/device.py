@@ -25,6 +25,7 @@ import torch
 
 from attnmt.errors import ConfigError
 from attnmt.runtime.memory import available_ram
+from attnmt.runtime.precision import effective_precision
 
 __all__ = ["DEVICE_NAMES", "available_memory", "check_device_name", "describe", "enable_tf32", "local_rank",
            "memory_size",
@@ -120,4 +121,6 @@ def describe(device: torch.device, precision: str, tf32: bool = False) -> str:
         name += f" ({torch.cuda.get_device_name(device)})"
     elif device.type == "cpu":
         name += f" ({torch.get_num_threads()} threads)"
-    return f"device {name}, precision {precision}" + (", TF32 on" if tf32 else "")
+    used = effective_precision(precision, device.type)
+    shown = precision if used == precision else f"fp32 (not {precision}: this CPU has no {precision} arithmetic)"
+    return f"device {name}, precision {shown}" + (", TF32 on" if tf32 else "")

@@ -39,6 +39,7 @@ from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.allocator import keep_freed_memory, resident_bytes
+from attnmt.runtime.precision import effective_precision
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
@@ -413,7 +414,7 @@ class Trainer:
             "elapsed": progress.elapsed_seconds,
             **({"guide": window.per_token(window.guide)} if parts.guide is not None else {}),
             "device": str(parts.device),
-            "precision": self.config.training.precision,
+            "precision": effective_precision(self.config.training.precision, parts.device.type),  # what ran
             "tf32": parts.tf32,
             **({"resident_gib": round(resident / 2**30, 3)} if resident is not None else {}),
         }
