@@ -39,13 +39,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),
     "align-words": ("align_words", "align the words of one sentence pair with vector attention"),
     "align": ("align", "word-align whole files with vector or translator attention"),
+    "serve": ("serve", "a local web page: type a sentence and watch several models attend, side by side"),
 }
 
 
 #: commands whose process keeps freed memory in glibc (attnmt.runtime.allocator): those that run a
 #: model over a corpus (docs/results.md, "The memory allocator"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
-KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view"}
+KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve"}
 
 #: library parameters whose command-line option has another name
 PARAMETER_OPTIONS = {"set_options": "--set", "num_threads": "--threads"}

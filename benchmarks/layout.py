@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("visual", ("attnmt.visual",)),
     ("training", ("attnmt.training",)),
     ("alignment", ("attnmt.alignment",)),
+    ("serve", ("attnmt.serve",)),
     ("interface", ("attnmt.cli", "attnmt.commands", "attnmt.__main__")),
     ("api", ("attnmt", "attnmt.translator", "attnmt.config", "attnmt.notebook", "attnmt.viewing")),
 ]

@@ -48,3 +48,7 @@ import json, sys
 report = json.load(open(sys.argv[1], encoding="utf-8"))
 print(f"demo: {sys.argv[2]} minutes of training gave {report['bleu']:.1f} BLEU on test_2016_flickr (beam 5, cased sacrebleu)")
 PY
+
+echo
+echo "== 6. See it attend, live =="
+echo "type your own sentences and watch the model attend: $ATTNMT serve $RUN   (then open the address it prints)"

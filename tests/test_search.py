@@ -35,6 +35,17 @@ def test_beam_two_finds_what_greedy_misses():
     assert best.normalized_score == best.score  # alpha = 0: no length normalisation
 
 
+def test_greedy_search_goes_on_from_a_forced_prefix_and_scores_it_too():
+    src, mask = toy_source((3, 3))
+    forced = greedy_search(BigramToy(), src, mask, max_len_a=0, max_len_b=3, prefix=[[B], [A, B]])
+    assert forced[0].tokens == [B] and forced[0].score == pytest.approx(math.log(0.4 * 0.9))  # B, then EOS
+    assert forced[1].tokens == [A, B] and forced[1].score == pytest.approx(math.log(0.5 * 0.3 * 0.9))
+    long = greedy_search(BigramToy(), src[:1], mask[:1], max_len_a=0, max_len_b=1, prefix=[[A, A, A]])[0]
+    assert long.tokens == [A, A, A]  # a prefix past the length limit moves the limit to its end
+    with pytest.raises(ValueError, match="without PAD, BOS or EOS"):
+        greedy_search(BigramToy(), src[:1], mask[:1], prefix=[[EOS]])
+
+
 def distribution(**probabilities):
     """log P over the toy vocabulary from {token name: probability}; unnamed tokens get 0."""
     log_p = torch.full((6,), float("-inf"), dtype=torch.float64)

@@ -46,6 +46,7 @@ most probable token at every step, stopping at the first EOS).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
@@ -154,15 +155,28 @@ def greedy_search(
     max_len_b: float = SearchConfig.max_len_b,
     return_attention: bool = True,
     alpha: float = SearchConfig.alpha,
+    prefix: Sequence[Sequence[int]] | None = None,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, for all B sentences at once.
 
     src [B, S], src_mask [B, S] -> B hypotheses in input order. ``alpha`` only sets
-    ``normalized_score`` (comparable with beam search's).
+    ``normalized_score`` (comparable with beam search's). ``prefix``: for each sentence, tokens
+    (without BOS and EOS) its output begins with, whatever the model prefers; the search goes on
+    from there, and the score counts the forced tokens' log-probabilities too. A prefix longer
+    than the length limit moves the limit to its end.
     """
     src_lengths = _check_arguments(src, src_mask, max_len_a, max_len_b, alpha)
     batch = src.shape[0]
     max_lengths = _max_lengths(src_lengths, max_len_a, max_len_b)
+    forced = None
+    if prefix is not None:
+        if len(prefix) != batch or any(int(token) in (PAD_ID, BOS_ID, EOS_ID) for row in prefix for token in row):
+            raise ValueError(f"prefix must give {batch} lists of tokens without PAD, BOS or EOS")
+        max_lengths = [max(limit, len(row)) for limit, row in zip(max_lengths, prefix)]
+        width = max((len(row) for row in prefix), default=0)
+        forced = torch.full((batch, width), -1, dtype=torch.long, device=src.device)
+        for b, row in enumerate(prefix):
+            forced[b, : len(row)] = torch.as_tensor(list(row), dtype=torch.long)
     limit = torch.tensor(max_lengths, device=src.device)
     with _inference(model):
         encoded = model.encode(src, src_mask)
@@ -175,6 +189,11 @@ def greedy_search(
             log_probs, weights, state = model.decode_step(prev, state, encoded, step)
             log_probs = _restrict(log_probs, limit <= step)
             best_scores, best = log_probs.max(dim=-1)
+            if forced is not None and step < forced.shape[1]:
+                use = forced[:, step] >= 0
+                chosen = forced[:, step].clamp(min=0)
+                best = torch.where(use, chosen, best)
+                best_scores = torch.where(use, log_probs.gather(1, chosen[:, None]).squeeze(1), best_scores)
             best = best.masked_fill(finished, PAD_ID)
             scores += best_scores.double().masked_fill(finished, 0.0)
             tokens.append(best)

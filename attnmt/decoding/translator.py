@@ -300,6 +300,43 @@ class Translator:
                 bar.close()
         return Translations(results)
 
+    def translate_n_best(self, sentence: str, beam: int, n_best: int, alpha: float | None = None) -> list[Translation]:
+        """The ``n_best`` best translations of one ``sentence`` by beam search of width ``beam``
+        (best first, by GNMT-normalised score), each with its attention [T, S]."""
+        texts = source_texts([sentence])
+        if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam:
+            raise ConfigError(f"n_best={n_best!r}: must be an integer from 1 to beam={beam}")
+        src_ids = self._checked_source(texts[0])
+        self._check_resources(beam, 1, len(src_ids) + 1, True)
+        batch = next(iter(batches_for_inference([src_ids], batch_size=1))).to(self.device)
+        search = self.search_config
+        with torch.inference_mode(), autocast(search.precision, self.device.type):
+            n_best_found = beam_search(self.model, batch.src, batch.src_mask, beam=beam,
+                                       alpha=search.alpha if alpha is None else alpha, max_len_a=search.max_len_a,
+                                       max_len_b=search.max_len_b, n_best=n_best, return_attention=True)[0]
+        return [self._translation(texts[0], src_ids, hypothesis, True) for hypothesis in n_best_found]
+
+    def translate_from_prefix(self, sentence: str, prefix: Sequence[int]) -> Translation:
+        """The translation of one ``sentence`` that begins with the target pieces ``prefix`` (ids,
+        without BOS and EOS), whatever the model prefers there: greedy search from its end. The
+        score counts the forced pieces' log-probabilities too."""
+        texts = source_texts([sentence])
+        src_ids = self._checked_source(texts[0])
+        self._check_resources(1, 1, len(src_ids) + 1, True)
+        batch = next(iter(batches_for_inference([src_ids], batch_size=1))).to(self.device)
+        search = self.search_config
+        with torch.inference_mode(), autocast(search.precision, self.device.type):
+            hypothesis = greedy_search(self.model, batch.src, batch.src_mask, max_len_a=search.max_len_a,
+                                       max_len_b=search.max_len_b, return_attention=True, prefix=[list(prefix)])[0]
+        return self._translation(texts[0], src_ids, hypothesis, True)
+
+    def _checked_source(self, sentence: str) -> list[int]:
+        """The source pieces of ``sentence``; ConfigError when there are more than the search takes."""
+        src_ids = self.tokenizers.src.encode(sentence)
+        if len(src_ids) > self.max_source_pieces:
+            raise ConfigError(f"sentence: {self.source_problem(sentence)}")
+        return src_ids
+
     def _search(self, batch: Batch, beam: int, alpha: float, return_attention: bool) -> list[Hypothesis]:
         """The best hypothesis of each sentence of ``batch``: greedy search for ``beam`` 1, else beam search."""
         search = self.search_config

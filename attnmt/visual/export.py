@@ -49,7 +49,7 @@ from attnmt.errors import ConfigError, DataError
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.atomic_files import write_bytes_atomic
 
-__all__ = ["FORMATS", "AttentionRecord", "attention_records", "load_attention", "save_attention"]
+__all__ = ["FORMATS", "AttentionRecord", "attention_lines", "attention_records", "load_attention", "save_attention"]
 
 FORMAT = "attnmt-attention/1"
 FORMATS = (".npz", ".jsonl")
@@ -167,15 +167,21 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
         np.savez_compressed(buffer, **arrays)
         return write_bytes_atomic(path, buffer.getvalue())
     if path.suffix == ".jsonl":
-        lines = []
-        for record in records:
-            values = {"format": FORMAT, **record.describe(), "shape": list(record.weights.shape), "axes": AXES,
-                      "weights": record.weights.tolist()}
-            if record.saliency is not None:
-                values["saliency"] = record.saliency.tolist()
-            lines.append(json.dumps(values, ensure_ascii=False) + "\n")
-        return write_bytes_atomic(path, "".join(lines).encode("utf-8"))
+        return write_bytes_atomic(path, attention_lines(records).encode("utf-8"))
     raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}")
+
+
+def attention_lines(records: Sequence[AttentionRecord]) -> str:
+    """``records`` as the lines of a .jsonl attention file (what ``load_attention`` reads), one JSON
+    object a line."""
+    lines = []
+    for record in records:
+        values = {"format": FORMAT, **record.describe(), "shape": list(record.weights.shape), "axes": AXES,
+                  "weights": record.weights.tolist()}
+        if record.saliency is not None:
+            values["saliency"] = record.saliency.tolist()
+        lines.append(json.dumps(values, ensure_ascii=False) + "\n")
+    return "".join(lines)
 
 
 _OPTIONAL_FIELDS = ("saliency", "saliency_method")

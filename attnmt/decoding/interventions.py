@@ -1,0 +1,102 @@
+"""Looking inside, and reaching into, one decoding step of an RNN translator's attention.
+
+Two questions a student asks first, answered on the model itself (``attnmt serve`` asks them):
+
+- **What does the mechanism compute at step t?** ``watched_step`` records, at decoding step t, the
+  query q_t, the scores e_t,s = score(q_t, h̄_s) (for a mechanism with separate scores, as every
+  built-in single-head one has), the weights α_t = normalize(e_t) and the context
+  c_t = Σ_s α_t,s v_s, exactly as the mechanism computes them in the search.
+- **Does the attention cause the word?** ``pinned_attention`` replaces the weights at step t by
+  given ones (all of it on one source word, say): c_t = Σ_s w_s v_s, with the mechanism's own
+  values v_s; every other step attends as usual. Decoding on from there shows what the model
+  then writes.
+
+Both hold for the RNN's single-query mechanisms with one head (``Attention`` with
+``num_heads == 1``). The RNN asks its mechanism through ``attention.attend(query, prepared,
+step)``; within the block that method is wrapped on the instance, and restored afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from attnmt.attention.mechanisms import Attention, PreparedKeys
+from attnmt.attention.user import UserAttention
+
+__all__ = ["StepRecord", "can_intervene", "pinned_attention", "watched_step"]
+
+
+def can_intervene(model) -> bool:
+    """Whether ``model`` is an RNN whose mechanism has one head and returns Σ α v as its context
+    (a user's forward-form mechanism makes its own context, which a pin would not reproduce)."""
+    attention = getattr(model, "attention", None)
+    if not isinstance(attention, Attention) or getattr(attention, "num_heads", 1) != 1:
+        return False
+    return not (isinstance(attention, UserAttention) and attention.form == "forward")
+
+
+def _at(step_now, step: int) -> bool:
+    return isinstance(step_now, int) and step_now == step
+
+
+@contextmanager
+def pinned_attention(model, step: int, weights: torch.Tensor) -> Iterator[None]:
+    """Within the block, ``model``'s attention at decoding step ``step`` puts ``weights`` [S] (a
+    distribution over the source positions) where its own would be, for every row asked."""
+    attention = model.attention
+    original = attention.attend
+
+    def attend(query, prepared: PreparedKeys, step_now=None):
+        if not _at(step_now, step):
+            return original(query, prepared, step_now)
+        pinned = weights.to(prepared.values.dtype).to(prepared.values.device).expand(query.shape[0], -1)
+        return torch.bmm(pinned.unsqueeze(1), prepared.values).squeeze(1), pinned
+
+    attention.attend = attend
+    try:
+        yield
+    finally:
+        del attention.attend
+
+
+@dataclass
+class StepRecord:
+    """One decoding step of one sentence: the scores e_s [S] (None when the mechanism has none of
+    its own), the weights α_s [S] and the context c [D]."""
+
+    scores: torch.Tensor | None
+    weights: torch.Tensor
+    context: torch.Tensor
+
+
+@contextmanager
+def watched_step(model, step: int) -> Iterator[list[StepRecord]]:
+    """Within the block, the first time ``model`` decodes step ``step`` its mechanism's scores,
+    weights and context (of the first row) are recorded in the list the block receives."""
+    attention = model.attention
+    original = attention.attend
+    seen: list[StepRecord] = []
+
+    def attend(query, prepared: PreparedKeys, step_now=None):
+        context, weights = original(query, prepared, step_now)
+        if _at(step_now, step) and not seen:
+            scores = None
+            if type(attention).score is not Attention.score and not isinstance(attention, UserAttention):
+                scores = attention.score(query[:1].unsqueeze(1), _first_row(prepared))[0, 0]
+            seen.append(StepRecord(scores, weights[0].detach(), context[0].detach()))
+        return context, weights
+
+    attention.attend = attend
+    try:
+        yield seen
+    finally:
+        del attention.attend
+
+
+def _first_row(prepared: PreparedKeys) -> PreparedKeys:
+    return PreparedKeys(keys=prepared.keys[:1], values=prepared.values[:1], mask=prepared.mask[:1],
+                        lengths=prepared.lengths[:1])

@@ -1,0 +1,116 @@
+"""The models ``attnmt serve`` shows: each loaded once at start, under a name the page uses, with a
+lock so that one request at a time runs on it (requests on different models run side by side).
+
+A run folder loads under the same trust rule as every other command (``Translator.load``: code a
+run keeps runs only when this machine trained with it, or with ``trust_run_code``); a Hugging Face
+model loads with ``HFTranslator.load``. Nothing a request says is ever a path: a request names a
+model by the name given here, and an unknown name is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnmt.data import load_split
+from attnmt.decoding.hf import HFTranslator
+from attnmt.decoding.interventions import can_intervene
+from attnmt.decoding.translator import Translator
+from attnmt.errors import AttnmtError, ConfigError
+from attnmt.runtime.checks import PLAIN_NAME
+
+__all__ = ["MAX_EXAMPLES", "ServedModel", "load_models", "test_examples"]
+
+#: test-set sentences the page offers to pick from
+MAX_EXAMPLES = 200
+
+
+@dataclass
+class ServedModel:
+    """A translator under a ``name``; ``lock`` serialises the requests that run on it."""
+
+    name: str
+    translator: Any  # Translator | HFTranslator
+    origin: str  # the run folder or the Hugging Face model it came from
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def kind(self) -> str:
+        """``rnn``, ``transformer`` or ``hf``."""
+        if isinstance(self.translator, HFTranslator):
+            return "hf"
+        return str(self.translator.run_config.model.type)
+
+    @property
+    def can_decode_from_prefix(self) -> bool:
+        return isinstance(self.translator, Translator)
+
+    @property
+    def can_intervene(self) -> bool:
+        """Pin one step's attention, or step through one step: an RNN with a one-head mechanism."""
+        return isinstance(self.translator, Translator) and self.kind == "rnn" and can_intervene(self.translator.model)
+
+    def describe(self) -> dict[str, Any]:
+        """What the page needs to know of this model."""
+        translator = self.translator
+        if isinstance(translator, HFTranslator):
+            layers, heads, attention = translator.layers, translator.heads, "Hugging Face cross-attention"
+        else:
+            model = translator.run_config.model
+            attention = str(getattr(model, "attention", "scaled_dot"))
+            layers = int(getattr(translator.model, "cross_attention_layers", 1))
+            heads = int(getattr(translator.model, "attention_heads", 1))
+        return {"name": self.name, "kind": self.kind, "origin": self.origin, "attention": attention,
+                "layers": layers, "heads": heads, "prefix": self.can_decode_from_prefix,
+                "intervene": self.can_intervene, "device": str(translator.device)}
+
+
+def _name_of(origin: str, taken: set[str]) -> str:
+    """A short, unique, plain name for a model: its run folder's or model's last part."""
+    base = Path(origin.rstrip("/")).name or "model"
+    base = base if PLAIN_NAME.fullmatch(base) and ".." not in base else "model"
+    name, number = base, 2
+    while name in taken:
+        name, number = f"{base}-{number}", number + 1
+    return name
+
+
+def load_models(runs: Sequence[str | Path], hf: Sequence[str] = (), checkpoint: str = "best",
+                device: str | None = None, trust_run_code: bool = False, say=print) -> list[ServedModel]:
+    """Load every run folder and Hugging Face model once; ConfigError (one line) when none is given."""
+    if not runs and not hf:
+        raise ConfigError("give at least one RUN folder, or a Hugging Face model with --hf MODEL")
+    models: list[ServedModel] = []
+    taken: set[str] = set()
+    for run in runs:
+        translator = Translator.load(run, checkpoint, device=device, trust_run_code=trust_run_code)
+        name = _name_of(str(run), taken)
+        taken.add(name)
+        models.append(ServedModel(name, translator, str(run)))
+        say(f"loaded {name} ({run}): {translator.describe()}")
+    for model_name in hf:
+        hf_translator = HFTranslator.load(model_name, device=device or "auto")
+        name = _name_of(model_name, taken)
+        taken.add(name)
+        models.append(ServedModel(name, hf_translator, model_name))
+        say(f"loaded {name} ({model_name}): {hf_translator.describe()}")
+    return models
+
+
+def test_examples(models: Sequence[ServedModel], split: str = "test", limit: int = MAX_EXAMPLES) -> list[dict]:
+    """The first ``limit`` pairs of the first run's ``split`` (its first test set), as
+    ``{"source", "reference"}``; none when no run has that split's files here."""
+    for served in models:
+        config = getattr(served.translator, "run_config", None)
+        if config is None:
+            continue
+        try:
+            corpus = load_split(config.data, split)
+        except (AttnmtError, OSError):  # the data is not on this machine: then there are no examples
+            continue
+        return [{"source": source, "reference": reference}
+                for source, reference in zip(corpus.src[:limit], corpus.tgt[:limit])]
+    return []

@@ -1,0 +1,377 @@
+"""What each request of ``attnmt serve`` computes: plain functions from a request's JSON to the
+answer's JSON, over the loaded models (``attnmt.serve.models``). The HTTP layer
+(``attnmt.serve.server``) only parses, checks where a request comes from and writes the answer;
+these functions are what the tests call in-process.
+
+Every value a request gives is checked and bounded here (``RequestError``, a 4xx answer with one
+line): a sentence of at most ``MAX_SENTENCE_CHARS`` characters and as many pieces as each model
+takes, a beam of at most ``MAX_BEAM``, at most ``MAX_SALIENCY_STEPS`` saliency steps or samples,
+links of words that exist. A model is named by the name it was loaded under; nothing a request
+says is read as a path, a pickle or code.
+
+Matrices go to the page over words, as the viewer shows them: pieces merged by
+``attnmt.data.pieces.merge_subwords`` (a source word's pieces summed, an output word's averaged),
+one per decoder layer and head ([L][h][T'][S']), plus ``search``, the matrix the search reports.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnmt.alignment import TranslatorAligner, alignment_error_rate
+from attnmt.attention.user import UserCodeError
+from attnmt.data.pieces import group_pieces, merge_subwords
+from attnmt.decoding.interventions import pinned_attention, watched_step
+from attnmt.errors import AttnmtError
+from attnmt.evaluation.agreement import translation_agreement
+from attnmt.models.saliency import SaliencyOptions
+from attnmt.runtime.choices import SALIENCY_METHODS
+from attnmt.serve.models import ServedModel
+from attnmt.visual.export import attention_lines, attention_records
+
+__all__ = ["MAX_BEAM", "MAX_SENTENCE_CHARS", "RequestError", "Views"]
+
+MAX_SENTENCE_CHARS = 1000
+MAX_BEAM = 16
+MAX_SALIENCY_STEPS = 64
+MAX_LINKS = 2000
+MAX_PREFIX_WORDS = 200
+
+
+class RequestError(Exception):
+    """A request that cannot be answered as asked: ``status`` (4xx) and one line saying why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _rounded(matrix: np.ndarray) -> list[list[float]]:
+    return np.round(np.asarray(matrix, dtype=np.float64), 4).tolist()
+
+
+def _text(payload: dict, key: str, limit: int = MAX_SENTENCE_CHARS, required: bool = True) -> str:
+    value = payload.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise RequestError(400, f"{key}: give some words (a string)")
+    if len(value) > limit:
+        raise RequestError(413, f"{key}: {len(value)} characters, more than {limit}; split it into sentences")
+    return " ".join(value.split())
+
+
+def _integer(payload: dict, key: str, default: int, low: int, high: int) -> int:
+    value = payload.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError(400, f"{key}: an integer from {low} to {high}, got {value!r:.40}")
+    return value
+
+
+def _words_of(pieces: Sequence[str]) -> list[str]:
+    return merge_subwords(np.zeros((1, len(pieces))), pieces, ["x"])[1]
+
+
+def _source_positions(words: Sequence[str], sentence: str) -> list[int | None]:
+    """For each of a model's source words, the whitespace word of ``sentence`` it starts in (None
+    for "</s>"): models that tokenize differently are linked by word through this."""
+    spaced = sentence.split()
+    owner = [index for index, word in enumerate(spaced) for _ in word]  # the word of each character
+    positions: list[int | None] = []
+    offset = 0
+    for word in words:
+        if word == "</s>" or offset >= len(owner):
+            positions.append(None)
+            continue
+        positions.append(owner[offset])
+        offset += len(word.replace("\u2581", "")) or 1
+    return positions
+
+
+class Views:
+    """The answers of ``attnmt serve`` over ``models`` (each request is a dict from JSON)."""
+
+    def __init__(self, models: Sequence[ServedModel], examples: Sequence[dict] = ()):
+        self.models = {served.name: served for served in models}
+        self.examples = list(examples)
+
+    # -- choosing -----------------------------------------------------------------------------------
+
+    def _chosen(self, payload: dict) -> list[ServedModel]:
+        names = payload.get("models")
+        if names is None:
+            return list(self.models.values())
+        if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+            raise RequestError(400, "models: a list of model names")
+        unknown = [name for name in names if name not in self.models]
+        if unknown:
+            raise RequestError(404, f"models: no model named {unknown[0]!r:.60}; loaded: {', '.join(self.models)}")
+        return [self.models[name] for name in dict.fromkeys(names)]
+
+    def _one(self, payload: dict, needs: str | None = None) -> ServedModel:
+        name = payload.get("model")
+        if not isinstance(name, str):
+            raise RequestError(400, "model: the name of one loaded model")
+        served = self._chosen({"models": [name]})[0]
+        if needs == "prefix" and not served.can_decode_from_prefix:
+            raise RequestError(400, f"model {served.name!r}: a Hugging Face model cannot decode from a prefix here")
+        if needs == "intervene" and not served.can_intervene:
+            raise RequestError(400, f"model {served.name!r}: only an RNN with a one-head mechanism can be "
+                                    "stepped through or pinned")
+        return served
+
+    @staticmethod
+    def _run(served: ServedModel, work: Callable[[], Any]) -> Any:
+        """``work()`` on ``served`` under its lock; a user's or a model's error in one 4xx line."""
+        with served.lock:
+            try:
+                return work()
+            except UserCodeError as error:
+                raise RequestError(500, f"model {served.name!r}: {error}") from None
+            except AttnmtError as error:
+                raise RequestError(400, f"model {served.name!r}: {error}") from None
+
+    def _check_length(self, served: ServedModel, sentence: str) -> None:
+        problem = getattr(served.translator, "source_problem", lambda text: None)(sentence)
+        if problem is not None:
+            raise RequestError(413, f"model {served.name!r}: the sentence has {problem}")
+
+    # -- answers ------------------------------------------------------------------------------------
+
+    def models_page(self) -> dict[str, Any]:
+        """``GET /api/models``: the models, and the test-set examples to pick from."""
+        return {"models": [served.describe() for served in self.models.values()], "examples": self.examples,
+                "saliency_methods": list(SALIENCY_METHODS), "max_beam": MAX_BEAM,
+                "max_sentence_chars": MAX_SENTENCE_CHARS}
+
+    def translate(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/translate`` {sentence, beam?, n_best?, models?}: each model's translation,
+        its log-probability, the seconds it took, its attention per layer and head over words, and
+        with n_best > 1 its best hypotheses by beam search."""
+        sentence = _text(payload, "sentence")
+        beam = _integer(payload, "beam", 1, 1, MAX_BEAM)
+        n_best = _integer(payload, "n_best", 1, 1, beam)
+        chosen = self._chosen(payload)
+        for served in chosen:
+            self._check_length(served, sentence)
+        answers = [self._run(served, partial(self._translation_view, served, sentence, beam, n_best))
+                   for served in chosen]
+        return {"sentence": sentence, "source_words": sentence.split(), "beam": beam, "models": answers}
+
+    def _translation_view(self, served: ServedModel, sentence: str, beam: int, n_best: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        translator = served.translator
+        if n_best > 1 and served.can_decode_from_prefix:
+            hypotheses = translator.translate_n_best(sentence, beam, n_best)
+        else:
+            hypotheses = list(translator.translate([sentence], beam=beam, return_attention=True))
+        best = hypotheses[0]
+        view = self.matrices(served, best)
+        view.update(seconds=round(time.perf_counter() - started, 4), beam=beam,
+                    hypotheses=[{"output": hypothesis.output, "score": round(float(hypothesis.score), 4),
+                                 "words": _words_of(hypothesis.out_pieces)} for hypothesis in hypotheses])
+        view["source_positions"] = _source_positions(view["src_words"], sentence)
+        return view
+
+    def matrices(self, served: ServedModel, translation, forced: int = 0) -> dict[str, Any]:
+        """One translation as the page shows it: words, pieces, the search's matrix and every
+        layer's and head's over words (force-decoded: ``read_attention``)."""
+        every_head = np.asarray(served.translator.read_attention([translation])[0], dtype=np.float64)
+        layers = []
+        src_words: list[str] = []
+        out_words: list[str] = []
+        for layer in every_head:
+            heads = []
+            for head in layer:
+                merged, src_words, out_words = merge_subwords(head, translation.src_pieces, translation.out_pieces)
+                heads.append(_rounded(merged))
+            layers.append(heads)
+        search = merge_subwords(np.asarray(translation.attention, dtype=np.float64), translation.src_pieces,
+                                translation.out_pieces)[0]
+        return {"model": served.name, "output": translation.output, "score": round(float(translation.score), 4),
+                "src_words": src_words, "out_words": out_words, "src_pieces": list(translation.src_pieces),
+                "out_pieces": list(translation.out_pieces), "search": _rounded(search), "layers": layers,
+                "forced_words": len(_words_of(translation.out_pieces[:forced])) if forced else 0}
+
+    def saliency(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/saliency`` {sentence, model, method, steps?, samples?, beam?}: the gradient
+        saliency of the model's output over the source words, and how it agrees with the attention
+        (mean rank correlation over output words, ``attnmt.evaluation.agreement``)."""
+        sentence = _text(payload, "sentence")
+        served = self._one(payload)
+        method = payload.get("method", "gradient")
+        if method not in SALIENCY_METHODS:
+            raise RequestError(400, f"method: one of {', '.join(SALIENCY_METHODS)}, got {method!r:.40}")
+        options = SaliencyOptions(method, samples=_integer(payload, "samples", 10, 1, MAX_SALIENCY_STEPS),
+                                  steps=_integer(payload, "steps", 10, 1, MAX_SALIENCY_STEPS))
+        beam = _integer(payload, "beam", 1, 1, MAX_BEAM)
+        self._check_length(served, sentence)
+
+        def work() -> dict[str, Any]:
+            started = time.perf_counter()
+            translation = served.translator.translate([sentence], beam=beam, return_attention=True)[0]
+            scores = served.translator.read_saliency([translation], options)[0]
+            every_head = served.translator.read_attention([translation])[0]
+            merged = merge_subwords(scores, translation.src_pieces, translation.out_pieces)[0]
+            correlations, same_top, _ = translation_agreement(every_head, scores, translation)
+            agreement = float(np.mean(correlations)) if correlations else None
+            return {"model": served.name, "method": options.describe(), "saliency": _rounded(merged),
+                    "agreement": None if agreement is None or not math.isfinite(agreement) else round(agreement, 3),
+                    "same_top": f"{sum(same_top)}/{len(same_top)}", "seconds": round(time.perf_counter() - started, 3)}
+
+        return self._run(served, work)
+
+    def prefix(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/prefix`` {sentence, model, prefix}: the model's translation that begins with
+        the words ``prefix``, decoded greedily from there; ``forced_words`` says how many it was given."""
+        sentence = _text(payload, "sentence")
+        served = self._one(payload, needs="prefix")
+        prefix = _text(payload, "prefix", required=False)
+        if len(prefix.split()) > MAX_PREFIX_WORDS:
+            raise RequestError(413, f"prefix: more than {MAX_PREFIX_WORDS} words")
+        self._check_length(served, sentence)
+
+        def work() -> dict[str, Any]:
+            translator = served.translator
+            pieces = translator.tokenizers.tgt.encode(prefix) if prefix else []
+            translation = translator.translate_from_prefix(sentence, pieces)
+            view = self.matrices(served, translation, forced=len(pieces))
+            view["source_positions"] = _source_positions(view["src_words"], sentence)
+            return view
+
+        return self._run(served, work)
+
+    def pin(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/pin`` {sentence, model, step, source_word}: an RNN's translation when its
+        attention at output word ``step`` is pinned on source word ``source_word`` (spread evenly over
+        its pieces); the words before ``step`` are the model's own (its greedy translation)."""
+        sentence = _text(payload, "sentence")
+        served = self._one(payload, needs="intervene")
+        self._check_length(served, sentence)
+
+        def work() -> dict[str, Any]:
+            translator = served.translator
+            original, step, first_piece, pieces = _up_to_step(translator, sentence, payload)
+            src_groups = _groups(original.src_pieces)
+            source_word = _integer(payload, "source_word", 0, 0, len(src_groups) - 1)
+            weights = torch.zeros(len(original.src_pieces))
+            start, stop = src_groups[source_word]
+            weights[start:stop] = 1.0 / (stop - start)
+            with pinned_attention(translator.model, first_piece, weights):
+                translation = translator.translate_from_prefix(sentence, pieces)
+            view = self.matrices(served, translation, forced=first_piece)
+            view.update(pinned={"step": step, "source_word": source_word},
+                        original_output=original.output,
+                        source_positions=_source_positions(_words_of(translation.src_pieces), sentence))
+            return view
+
+        return self._run(served, work)
+
+    def step(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/step`` {sentence, model, step}: one decoder step of an RNN as its mechanism
+        computes it: the scores e_s of each source piece, the weights α_s = softmax, and the context
+        c = Σ α_s v_s (its first dimensions and its norm), with the mechanism's own equation."""
+        sentence = _text(payload, "sentence")
+        served = self._one(payload, needs="intervene")
+        self._check_length(served, sentence)
+
+        def work() -> dict[str, Any]:
+            translator = served.translator
+            original, step, piece, ids = _up_to_step(translator, sentence, payload)
+            with watched_step(translator.model, piece) as seen:
+                translator.translate_from_prefix(sentence, ids)
+            record = seen[0]
+            attention = translator.model.attention
+            context = record.context.float()
+            return {
+                "model": served.name, "step": step, "output_piece": original.out_pieces[piece],
+                "src_pieces": list(original.src_pieces), "mechanism": type(attention).__name__,
+                "equation": (type(attention).__doc__ or "").strip(),
+                "scores": None if record.scores is None else [round(float(v), 4) for v in record.scores.float()],
+                "weights": [round(float(v), 4) for v in record.weights.float()],
+                "context": [round(float(v), 4) for v in context[:16]], "context_size": int(context.numel()),
+                "context_norm": round(float(context.norm()), 4),
+            }
+
+        return self._run(served, work)
+
+    def gold(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/gold`` {sentence, reference, links, models?}: each model's links between the
+        source and the reference words, read from its attention when force-decoding the reference
+        (``TranslatorAligner``), and their precision, recall and AER against ``links`` ("i-j" pairs,
+        0-based: source word i, reference word j)."""
+        sentence = _text(payload, "sentence")
+        reference = _text(payload, "reference")
+        text = _text(payload, "links", limit=20 * MAX_LINKS, required=False)
+        src_words, tgt_words = sentence.split(), reference.split()
+        sure = _links(text, len(src_words), len(tgt_words))
+        chosen = self._chosen(payload)
+        answers = []
+        for served in chosen:
+            self._check_length(served, sentence)
+
+            def work(served: ServedModel = served) -> dict[str, Any]:
+                predicted = TranslatorAligner(served.translator).align([src_words], [tgt_words])[0]
+                scores = alignment_error_rate([predicted], [sure])
+                return {"model": served.name, "links": sorted([list(link) for link in predicted]),
+                        **{key: round(value, 4) for key, value in scores.items()}}
+
+            answers.append(self._run(served, work))
+        return {"source_words": src_words, "reference_words": tgt_words, "gold": sorted(map(list, sure)),
+                "models": answers}
+
+    def export(self, payload: dict) -> str:
+        """``POST /api/export`` {sentence, beam?, models?}: each model's translation and attention as
+        the lines of a .jsonl attention file (``attnmt.load_attention`` reads it)."""
+        sentence = _text(payload, "sentence")
+        beam = _integer(payload, "beam", 1, 1, MAX_BEAM)
+        lines = []
+        for number, served in enumerate(self._chosen(payload)):
+            self._check_length(served, sentence)
+
+            def work(served: ServedModel = served, number: int = number) -> str:
+                translation = served.translator.translate([sentence], beam=beam, return_attention=True)[0]
+                return attention_lines(attention_records(served.translator, [translation], indices=[number]))
+
+            lines.append(self._run(served, work))
+        return "".join(lines)
+
+
+def _up_to_step(translator, sentence: str, payload: dict) -> tuple[Any, int, int, list[int]]:
+    """The model's own translation of ``sentence``, the output word ``payload["step"]`` of it, that
+    word's first piece, and the piece ids before it (the prefix that leads the model there)."""
+    original = translator.translate([sentence], return_attention=True)[0]
+    out_groups = _groups(original.out_pieces)
+    step = _integer(payload, "step", 0, 0, len(out_groups) - 1)
+    first_piece = out_groups[step][0]
+    ids = [translator.tokenizers.tgt.piece_to_id(piece) for piece in original.out_pieces[:first_piece]]
+    return original, step, first_piece, ids
+
+
+def _groups(pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """The [start, stop) piece span of each word of ``pieces`` (``merge_subwords``' words)."""
+    return [(start, stop) for _, start, stop in group_pieces(list(pieces))]
+
+
+def _links(text: str, sources: int, targets: int) -> set[tuple[int, int]]:
+    """Pharaoh links "i-j ..." (0-based) within the sentence; RequestError naming a bad one."""
+    links = set()
+    for item in text.replace(",", " ").split():
+        left, dash, right = item.partition("-")
+        if not dash or not left.isdigit() or not right.isdigit():
+            raise RequestError(400, f"links: {item!r:.20} is not i-j (source word i, reference word j, from 0)")
+        i, j = int(left), int(right)
+        if i >= sources or j >= targets:
+            raise RequestError(400, f"links: {item} names a word the sentences do not have ({sources} source, "
+                                    f"{targets} reference words)")
+        links.add((i, j))
+    if len(links) > MAX_LINKS:
+        raise RequestError(413, f"links: more than {MAX_LINKS}")
+    return links

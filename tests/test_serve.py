@@ -1,0 +1,259 @@
+"""``attnmt serve``: the request handlers in-process, the server's safety rules over real HTTP on the
+loopback address, a bounded load test, and the page in a real browser (headless Chromium over the
+DevTools protocol, ``tests/helpers.py``'s ``Browser``: nothing downloaded)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnmt
+from attnmt.cli import main as cli_main
+from attnmt.serve.models import load_models
+from attnmt.serve.server import MAX_BODY, make_server, serve_in_thread
+from attnmt.serve.views import MAX_BEAM, RequestError, Views
+
+from helpers import TINY_MODELS, run_trainer, tiny_run_config, write_corpus
+
+SENTENCE = "Ein hund läuft im park."
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    """Two small runs: an RNN and a Transformer, with a test set."""
+    folders = []
+    for kind in ("sdp", "transformer"):
+        folder = tmp_path_factory.mktemp(f"serve-{kind}")
+        config = tiny_run_config(folder, train_pairs=80, valid_pairs=5, max_steps=30, bleu_max_sentences=0,
+                                 examples=0)
+        config["model"] = TINY_MODELS[kind]
+        config["data"]["test"] = {"made_up": write_corpus(folder, "test", 6, seed=3)}
+        config["search"] = {"max_len_a": 1.2, "max_len_b": 4}
+        config["data"]["max_length"] = 30  # sentences of more than 300 pieces are refused
+        run_trainer(folder, config)
+        folders.append(folder / "run")
+    return folders
+
+
+@pytest.fixture(scope="module")
+def views(runs) -> Views:
+    from attnmt.serve.models import test_examples
+
+    models = load_models(runs, say=lambda line: None)
+    return Views(models, test_examples(models))
+
+
+@pytest.fixture(scope="module")
+def server(views):
+    server = make_server(views, "127.0.0.1", 0)
+    serve_in_thread(server)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def request(server, method: str, path: str, body=None, headers=None) -> tuple[int, dict | str]:
+    """One HTTP request to ``server``; (status, JSON or text)."""
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port, timeout=60)
+    data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
+    sent = {"Host": f"127.0.0.1:{port}", **({"Content-Type": "application/json"} if data is not None else {}),
+            **(headers or {})}
+    connection.request(method, path, body=data, headers=sent)
+    response = connection.getresponse()
+    text = response.read().decode("utf-8")
+    connection.close()
+    kind = response.getheader("Content-Type", "")
+    return response.status, json.loads(text) if kind.startswith("application/json") else text
+
+
+# -- the handlers, in-process ------------------------------------------------------------------------
+
+
+def test_every_model_translates_with_its_attention_per_layer_and_head_over_words(views, runs):
+    answer = views.translate({"sentence": SENTENCE, "beam": 3, "n_best": 2})
+    assert [model["model"] for model in answer["models"]] == ["run", "run-2"]
+    rnn, transformer = answer["models"]
+    translator = attnmt.Translator.load(runs[0])
+    expected = translator.translate([SENTENCE], beam=3)[0]
+    assert rnn["output"] == expected.output and rnn["score"] == pytest.approx(expected.score, abs=1e-3)
+    assert len(rnn["layers"]) == 1 and len(transformer["layers"]) == 2 and len(transformer["layers"][0]) == 2
+    for view in answer["models"]:
+        for matrix in [view["search"], *(head for layer in view["layers"] for head in layer)]:
+            weights = np.array(matrix)
+            assert weights.shape == (len(view["out_words"]), len(view["src_words"]))
+            np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=2e-3)  # rows stay distributions over words
+        assert view["src_words"][-1] == "</s>" and view["source_positions"][:5] == [0, 1, 2, 3, 4]
+        assert len(view["hypotheses"]) == 2 and view["hypotheses"][0]["score"] >= view["hypotheses"][1]["score"] - 1e-9
+        assert view["seconds"] > 0
+
+
+def test_a_prefix_is_kept_and_decoding_goes_on_from_it(views):
+    answer = views.prefix({"sentence": SENTENCE, "model": "run", "prefix": "A cat"})
+    assert answer["out_words"][:2] == ["A", "cat"] and answer["forced_words"] == 2
+    again = views.prefix({"sentence": SENTENCE, "model": "run", "prefix": ""})
+    assert again["output"] == views.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]["output"]
+
+
+def test_pinning_one_steps_attention_changes_that_step_only_as_asked(views):
+    own = views.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]
+    pinned = views.pin({"sentence": SENTENCE, "model": "run", "step": 1, "source_word": 0})
+    assert pinned["out_words"][:1] == own["out_words"][:1]  # the steps before are the model's own
+    assert pinned["search"][1][0] == pytest.approx(1.0, abs=1e-3)  # all of step 1 on source word 0
+    assert pinned["original_output"] == own["output"]
+    with pytest.raises(RequestError, match="only an RNN"):
+        views.pin({"sentence": SENTENCE, "model": "run-2", "step": 0, "source_word": 0})
+
+
+def test_one_decoder_step_shows_scores_softmax_and_context(views):
+    answer = views.step({"sentence": SENTENCE, "model": "run", "step": 0})
+    scores, weights = np.array(answer["scores"]), np.array(answer["weights"])
+    expected = np.exp(scores - scores.max())
+    np.testing.assert_allclose(weights, expected / expected.sum(), atol=2e-4)  # α = softmax(e)
+    assert "scaled" in answer["equation"] and answer["context_size"] > 0 and len(answer["context"]) <= 16
+
+
+def test_saliency_and_its_agreement_with_the_attention(views):
+    answer = views.saliency({"sentence": SENTENCE, "model": "run-2", "method": "integrated", "steps": 4})
+    assert np.array(answer["saliency"]).ndim == 2 and answer["method"].startswith("integrated")
+    assert answer["agreement"] is None or -1 <= answer["agreement"] <= 1
+
+
+def test_gold_links_give_precision_recall_and_aer_for_each_model(views):
+    answer = views.gold({"sentence": "Ein hund läuft .", "reference": "A dog runs .", "links": "0-0 1-1 2-2 3-3"})
+    assert answer["gold"] == [[0, 0], [1, 1], [2, 2], [3, 3]] and len(answer["models"]) == 2
+    for model in answer["models"]:
+        assert 0 <= model["aer"] <= 1 and 0 <= model["precision"] <= 1 and 0 <= model["recall"] <= 1
+    with pytest.raises(RequestError, match="names a word the sentences do not have"):
+        views.gold({"sentence": "Ein hund", "reference": "A dog", "links": "0-5"})
+
+
+def test_export_is_an_attention_file_load_attention_reads(views, tmp_path):
+    path = tmp_path / "exported.jsonl"
+    path.write_text(views.export({"sentence": SENTENCE}), encoding="utf-8")
+    records = attnmt.load_attention(path)
+    assert len(records) == 2 and records[1].weights.shape[0] == 2  # the Transformer's two layers
+
+
+@pytest.mark.parametrize("payload, status, words", [
+    ({"sentence": ""}, 400, "sentence: give some words"),
+    ({"sentence": 3}, 400, "sentence: give some words"),
+    ({"sentence": "x" * 5000}, 413, "more than 1000"),
+    ({"sentence": "Ein hund.", "beam": 0}, 400, f"beam: an integer from 1 to {MAX_BEAM}"),
+    ({"sentence": "Ein hund.", "beam": 10**9}, 400, "beam: an integer"),
+    ({"sentence": "Ein hund.", "models": ["../../etc/passwd"]}, 404, "no model named"),
+    ({"sentence": ("hund " * 150).strip()}, 413, "subword pieces"),
+])
+def test_bad_requests_are_one_line_and_a_4xx(views, payload, status, words):
+    with pytest.raises(RequestError) as refused:
+        views.translate(payload)
+    assert refused.value.status == status and words in str(refused.value) and "\n" not in str(refused.value)
+
+
+# -- over HTTP -------------------------------------------------------------------------------------------
+
+
+def test_the_page_and_its_files_are_served_with_a_strict_policy(server):
+    status, page = request(server, "GET", "/")
+    assert status == 200 and "<title>attnmt serve</title>" in page and "http" not in page.split("<body>")[0]
+    for path in ("/static/app.js", "/static/app.css"):
+        assert request(server, "GET", path)[0] == 200
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port)
+    connection.request("GET", "/", headers={"Host": f"localhost:{port}"})
+    response = connection.getresponse()
+    response.read()
+    assert response.status == 200 and "script-src 'self'" in response.getheader("Content-Security-Policy")
+
+
+@pytest.mark.parametrize("method, path, body, headers, status", [
+    ("GET", "/", None, {"Host": "evil.example:1"}, 421),  # DNS rebinding: another name for this address
+    ("GET", "/static/../../etc/passwd", None, {}, 404),
+    ("GET", "/static/app.js/../../../pyproject.toml", None, {}, 404),
+    ("POST", "/api/translate", {"sentence": "Ein hund."}, {"Origin": "http://evil.example"}, 403),
+    ("POST", "/api/translate", b"sentence=x", {"Content-Type": "application/x-www-form-urlencoded"}, 415),
+    ("POST", "/api/translate", b"{not json", {}, 400),
+    ("POST", "/api/translate", b"[1, 2]", {}, 400),
+    ("POST", "/api/translate", b"x" * (MAX_BODY + 1), {}, 413),
+    ("POST", "/api/nothing", {}, {}, 404),
+    ("DELETE", "/", None, {}, 405),
+])
+def test_requests_from_elsewhere_or_out_of_bounds_are_refused(server, method, path, body, headers, status):
+    assert request(server, method, path, body, headers)[0] == status
+
+
+def test_fifty_concurrent_translations_and_a_burst_of_malformed_requests(server):
+    """Every request is answered (200 or 4xx), and the page is still served afterwards."""
+    good = {"sentence": SENTENCE, "models": ["run"]}
+    bad = [b"{", b"[]", json.dumps({"sentence": ""}).encode(), json.dumps({"sentence": "a", "beam": -1}).encode()]
+
+    def one(number: int) -> int:
+        if number % 2:
+            return request(server, "POST", "/api/translate", bad[number % len(bad)])[0]
+        return request(server, "POST", "/api/translate", good)[0]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
+        statuses = list(pool.map(one, range(100)))
+    assert statuses.count(200) == 50 and all(400 <= status < 500 for status in statuses if status != 200)
+    assert request(server, "GET", "/")[0] == 200
+
+
+def test_serve_starts_prints_its_address_and_stops_on_ctrl_c(runs, capsys):
+    """The command itself, in this process: it serves until interrupted, then ends with status 0."""
+    import os
+    import signal
+
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        status = cli_main(["serve", str(runs[0]), "--port", "0"])
+    finally:
+        timer.cancel()
+    captured = capsys.readouterr()
+    assert status == 0 and "attnmt serve: http://127.0.0.1:" in captured.out and "stopped" in captured.err
+
+
+def test_serve_refuses_a_port_in_use_in_one_line(runs, server, capsys):
+    assert cli_main(["serve", str(runs[0]), "--port", str(server.server_address[1])]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "cannot listen there" in error
+
+
+# -- in a real browser ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, tmp_path):
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    browser.open(url)
+    deadline = time.monotonic() + 20
+    while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    browser.evaluate(f"document.getElementById('sentence').value = {json.dumps(SENTENCE)}")
+    browser.evaluate("document.getElementById('translate').click()")
+    heatmaps = "document.querySelectorAll('.panel svg.heatmap').length"
+    while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # each panel appears when its model has answered
+    assert browser.evaluate(heatmaps) >= 2
+    browser.hover(".panel[data-model='run'] .out-word[data-row='0']")
+    shaded = browser.evaluate(
+        "[...document.querySelectorAll('.panel')].map(p => [...p.querySelectorAll('.src-word')]"
+        ".some(w => w.style.background && !w.style.background.endsWith(', 0)')))")
+    assert shaded == [True, True]  # both panels show where their model looked
+    assert browser.evaluate("document.querySelector(\".panel[data-model='run-2'] .out-word.linked\") !== null")
+    browser.evaluate("document.querySelector(\".panel[data-model='run'] form.controls input\").value = 'A cat'")
+    browser.evaluate("document.querySelector(\".panel[data-model='run'] form.controls button\").click()")
+    while browser.evaluate("document.querySelector(\".panel[data-model='run'] .result svg\") === null") \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "A cat" in browser.evaluate("document.querySelector(\".panel[data-model='run'] .result\").textContent")
+    shot = browser.screenshot(tmp_path / "serve.png")
+    assert shot.stat().st_size > 10_000
+    assert not browser.errors()
