@@ -1,12 +1,13 @@
 """Is ``attnmt serve`` fast enough to feel live? Measured over real HTTP on the loopback address.
 
-The server runs in this process (port 0) over the runs given. The page asks each model in its own
-request, side by side, and shows each panel as its answer arrives; so for each of ``--sentences``
-sentences of ``--words`` words (test-set sentences of the first run joined, then cut) the script
-sends one translation request per model at once and records when the first and the last answer
-arrive, at the page's settings (beam 5, its 3 best) and with greedy search. Then integrated
-gradients (10 steps) per model, and a translation on one model while another computes saliency
-(does the slow request block it?). Last, the page: the HTML, its two files and ``/api/models``.
+``attnmt serve RUN ...`` runs as a user runs it, in its own process (``--port 0``); this script is
+the page. The page asks each model in its own request, side by side, and shows each panel as its
+answer arrives; so for each of ``--sentences`` sentences of ``--words`` words (test-set sentences
+of the first run joined, then cut) the script sends one translation request per model at once and
+records when the first and the last answer arrive, at the page's settings (beam 5, its 3 best)
+and with greedy search. Then integrated gradients (10 steps) per model, and a translation on one
+model sent while another computes saliency. Last, the page: its HTML, two files and
+``/api/models``.
 
 Targets (issue: attnmt serve): the first translation within 0.3 s (median), saliency within 3 s,
 the page within 1 s, on 2 cores with three models (an RNN, a Transformer and the tiny config's run).
@@ -20,8 +21,12 @@ import argparse
 import concurrent.futures
 import http.client
 import json
+import os
 import platform
+import re
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,12 +34,8 @@ from pathlib import Path
 import torch
 from portable import portable
 
-from attnmt.models import count_parameters
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
-from attnmt.serve.models import load_models, test_examples
-from attnmt.serve.server import make_server, serve_in_thread
-from attnmt.serve.views import Views
 
 
 def post(port: int, path: str, payload: dict) -> tuple[float, int]:
@@ -96,13 +97,29 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    models = load_models(args.runs, say=lambda line: print(line, flush=True))
-    views = Views(models, test_examples(models, limit=1000))
-    server = make_server(views, "127.0.0.1", 0)
-    serve_in_thread(server)
-    port = server.server_address[1]
-    names = [served.name for served in models]
+    server = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", *map(str, args.runs), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    try:
+        return measure(server, args)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+
+
+def measure(server: subprocess.Popen, args: argparse.Namespace) -> int:
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    if found is None:
+        raise SystemExit(f"serve.py: attnmt serve did not start: {line}{server.stderr.read() if server.stderr else ''}")
+    port = int(found.group(1))
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("GET", "/api/models", headers={"Host": f"127.0.0.1:{port}"})
+    described = json.loads(connection.getresponse().read())
+    connection.close()
+    names = [model["name"] for model in described["models"]]
+    examples = described["examples"]
 
     page = []
     for _ in range(5):
@@ -110,7 +127,7 @@ def main() -> int:
         assert all(get(port, path) == 200 for path in ("/", "/static/app.js", "/static/app.css", "/api/models"))
         page.append(time.perf_counter() - started)
 
-    sentences = sentences_of(views.examples, args.sentences + 3, args.words)
+    sentences = sentences_of(examples, args.sentences + 3, args.words)
     results: dict[str, dict] = {}
     for label, beam, n_best in (("page settings (beam 5, 3 best)", 5, 3), ("greedy", 1, 1)):
         for sentence in sentences[:3]:  # warm-up
@@ -142,14 +159,11 @@ def main() -> int:
             time.sleep(0.05)
             beside.append(post(port, "/api/translate", {"sentence": sentence, "models": [names[-1]]})[0])
             slow.result()
-    server.shutdown()
-    server.server_close()
 
     record = {
         "question": "is attnmt serve fast enough to feel live?",
         "threads": args.threads, "torch": torch.__version__, "machine": platform.machine(),
-        "models": [{**served.describe(), "origin": Path(served.origin).name,
-                    "parameters": count_parameters(served.translator.model)} for served in models],
+        "models": [{**model, "origin": Path(model["origin"]).name} for model in described["models"]],
         "sentences": args.sentences, "words": args.words,
         "page_seconds": summary(page), "translation_seconds": results, "saliency_seconds": saliency,
         "translation_beside_saliency_seconds": summary(beside),

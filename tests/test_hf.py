@@ -194,3 +194,14 @@ def test_saliency_of_a_hf_model_is_gradient_times_input_of_its_encoder_embedding
                              .sum(-1)[0].detach().numpy() for t in range(len(output))])
         assert scores.shape == expected.shape == (len(output), src.shape[1])
         np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+
+
+def test_serve_shows_a_hf_model_with_every_layer_and_head(hf_model):
+    from attnmt.serve import RequestError, Views, load_models
+
+    views = Views(load_models([], [str(hf_model)], say=lambda line: None))
+    [view] = views.translate({"sentence": SOURCES[0]})["models"]
+    assert view["output"] and len(view["layers"]) == 2 and len(view["layers"][0]) == 2
+    assert views.models_page()["models"][0]["kind"] == "hf"
+    with pytest.raises(RequestError, match="cannot decode from a prefix"):
+        views.prefix({"sentence": SOURCES[0], "model": view["model"], "prefix": "a"})

@@ -254,6 +254,12 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "A cat" in browser.evaluate("document.querySelector(\".panel[data-model='run'] .result\").textContent")
+    buttons = "[...document.querySelectorAll(\".panel[data-model='run'] .controls button\")]"
+    browser.evaluate(f"{buttons}.find(b => b.textContent === 'step through').click()")
+    while browser.evaluate("document.querySelector(\".panel[data-model='run'] .step-table\") === null") \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert browser.evaluate("document.querySelectorAll(\".panel[data-model='run'] .step-table .bar\").length") > 0
     shot = browser.screenshot(tmp_path / "serve.png")
     assert shot.stat().st_size > 10_000
     assert not browser.errors()

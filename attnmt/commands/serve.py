@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     import webbrowser
 
     from attnmt.errors import ConfigError
+    from attnmt.serve.jobs import MainThreadJobs
     from attnmt.serve.models import load_models, test_examples
-    from attnmt.serve.server import make_server
+    from attnmt.serve.server import make_server, serve_in_thread
     from attnmt.serve.views import Views
 
     if not 0 <= args.port <= 65535:
@@ -56,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     models = load_models(args.runs, args.hf, args.checkpoint, args.device, args.trust_run_code,
                          say=lambda line: say("serve", line))
     examples = test_examples(models, args.split)
+    jobs = MainThreadJobs()  # the models' work runs on this thread, which loaded them (attnmt.serve.jobs)
     try:
-        server = make_server(Views(models, examples), args.host, args.port, quiet=not args.log)
+        server = make_server(Views(models, examples, jobs), args.host, args.port, quiet=not args.log)
     except OSError as error:
         raise ConfigError(f"--host {args.host} --port {args.port}: cannot listen there "
                           f"({error.strerror or error}); choose another port") from None
@@ -71,10 +73,13 @@ def run(args: argparse.Namespace) -> int:
           f"{len(examples)} examples; Ctrl-C stops it)", flush=True)
     if args.open:
         webbrowser.open(server.url)
+    serve_in_thread(server)
     try:
-        server.serve_forever()
+        jobs.work_forever()
     except KeyboardInterrupt:
         say("serve", "stopped")
     finally:
+        jobs.stop()
+        server.shutdown()
         server.server_close()
     return 0

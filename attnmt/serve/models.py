@@ -20,6 +20,7 @@ from attnmt.decoding.hf import HFTranslator
 from attnmt.decoding.interventions import can_intervene
 from attnmt.decoding.translator import Translator
 from attnmt.errors import AttnmtError, ConfigError
+from attnmt.models import count_parameters
 from attnmt.runtime.checks import PLAIN_NAME
 
 __all__ = ["MAX_EXAMPLES", "ServedModel", "load_models", "test_examples"]
@@ -64,8 +65,9 @@ class ServedModel:
             layers = int(getattr(translator.model, "cross_attention_layers", 1))
             heads = int(getattr(translator.model, "attention_heads", 1))
         return {"name": self.name, "kind": self.kind, "origin": self.origin, "attention": attention,
-                "layers": layers, "heads": heads, "prefix": self.can_decode_from_prefix,
-                "intervene": self.can_intervene, "device": str(translator.device)}
+                "layers": layers, "heads": heads, "parameters": count_parameters(translator.model),
+                "prefix": self.can_decode_from_prefix, "intervene": self.can_intervene,
+                "device": str(translator.device)}
 
 
 def _name_of(origin: str, taken: set[str]) -> str:

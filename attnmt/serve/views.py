@@ -29,10 +29,12 @@ from attnmt.alignment import TranslatorAligner, alignment_error_rate
 from attnmt.attention.user import UserCodeError
 from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.decoding.interventions import pinned_attention, watched_step
+from attnmt.decoding.search import length_penalty
 from attnmt.errors import AttnmtError
 from attnmt.evaluation.agreement import translation_agreement
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.choices import SALIENCY_METHODS
+from attnmt.serve.jobs import InlineJobs, MainThreadJobs
 from attnmt.serve.models import ServedModel
 from attnmt.visual.export import attention_lines, attention_records
 
@@ -98,9 +100,11 @@ def _source_positions(words: Sequence[str], sentence: str) -> list[int | None]:
 class Views:
     """The answers of ``attnmt serve`` over ``models`` (each request is a dict from JSON)."""
 
-    def __init__(self, models: Sequence[ServedModel], examples: Sequence[dict] = ()):
+    def __init__(self, models: Sequence[ServedModel], examples: Sequence[dict] = (),
+                 jobs: InlineJobs | MainThreadJobs | None = None):
         self.models = {served.name: served for served in models}
         self.examples = list(examples)
+        self.jobs = jobs or InlineJobs()  # where model work runs (attnmt.serve.jobs says why it matters)
 
     # -- choosing -----------------------------------------------------------------------------------
 
@@ -127,16 +131,23 @@ class Views:
                                     "stepped through or pinned")
         return served
 
-    @staticmethod
-    def _run(served: ServedModel, work: Callable[[], Any]) -> Any:
-        """``work()`` on ``served`` under its lock; a user's or a model's error in one 4xx line."""
-        with served.lock:
-            try:
+    def _run(self, served: ServedModel, work: Callable[[], Any], priority: int = 0) -> Any:
+        """``work()`` on ``served`` under its lock, as a job (``self.jobs``; slow work at priority 1);
+        a user's or a model's error in one 4xx line."""
+        def job() -> Any:
+            with served.lock:
                 return work()
-            except UserCodeError as error:
-                raise RequestError(500, f"model {served.name!r}: {error}") from None
-            except AttnmtError as error:
-                raise RequestError(400, f"model {served.name!r}: {error}") from None
+
+        try:
+            return self.jobs.run(job, priority)
+        except UserCodeError as error:
+            raise RequestError(500, f"model {served.name!r}: {error}") from None
+        except AttnmtError as error:
+            raise RequestError(400, f"model {served.name!r}: {error}") from None
+        except RuntimeError as error:
+            if "serve is stopping" in str(error):
+                raise RequestError(503, str(error)) from None
+            raise
 
     def _check_length(self, served: ServedModel, sentence: str) -> None:
         problem = getattr(served.translator, "source_problem", lambda text: None)(sentence)
@@ -174,8 +185,11 @@ class Views:
             hypotheses = list(translator.translate([sentence], beam=beam, return_attention=True))
         best = hypotheses[0]
         view = self.matrices(served, best)
-        view.update(seconds=round(time.perf_counter() - started, 4), beam=beam,
+        alpha = translator.search_config.alpha
+        view.update(seconds=round(time.perf_counter() - started, 4), beam=beam, alpha=alpha,
                     hypotheses=[{"output": hypothesis.output, "score": round(float(hypothesis.score), 4),
+                                 "normalized": round(float(hypothesis.score)
+                                                     / length_penalty(len(hypothesis.out_pieces), alpha), 4),
                                  "words": _words_of(hypothesis.out_pieces)} for hypothesis in hypotheses])
         view["source_positions"] = _source_positions(view["src_words"], sentence)
         return view
@@ -226,7 +240,7 @@ class Views:
                     "agreement": None if agreement is None or not math.isfinite(agreement) else round(agreement, 3),
                     "same_top": f"{sum(same_top)}/{len(same_top)}", "seconds": round(time.perf_counter() - started, 3)}
 
-        return self._run(served, work)
+        return self._run(served, work, priority=1)
 
     def prefix(self, payload: dict) -> dict[str, Any]:
         """``POST /api/prefix`` {sentence, model, prefix}: the model's translation that begins with
@@ -323,7 +337,7 @@ class Views:
                 return {"model": served.name, "links": sorted([list(link) for link in predicted]),
                         **{key: round(value, 4) for key, value in scores.items()}}
 
-            answers.append(self._run(served, work))
+            answers.append(self._run(served, work, priority=1))
         return {"source_words": src_words, "reference_words": tgt_words, "gold": sorted(map(list, sure)),
                 "models": answers}
 
@@ -340,7 +354,7 @@ class Views:
                 translation = served.translator.translate([sentence], beam=beam, return_attention=True)[0]
                 return attention_lines(attention_records(served.translator, [translation], indices=[number]))
 
-            lines.append(self._run(served, work))
+            lines.append(self._run(served, work, priority=1))
         return "".join(lines)
 
 

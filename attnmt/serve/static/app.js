@@ -182,6 +182,8 @@
     body.append(record.figures);
     drawFigures(record);
     if (view.hypotheses && view.hypotheses.length > 1) {
+      body.append(el("div", { class: "figure-title",
+        text: `best hypotheses of beam ${view.beam}, ranked by log P / ((5 + |y|) / 6)^${view.alpha}; click a word to decode on from it` }));
       const list = el("ol", { class: "hypotheses", "aria-label": "best hypotheses" });
       view.hypotheses.forEach((hypothesis) => {
         const item = el("li", {});
@@ -189,7 +191,7 @@
           item.append(el("span", { class: "word", text: word, title: "decode on from here", onclick: () =>
             decodeFrom(record, hypothesis.words.slice(0, index + 1).join(" ")) }), " ");
         });
-        item.append(el("span", { class: "score", text: hypothesis.score.toFixed(2) }));
+        item.append(el("span", { class: "score", text: `log P ${hypothesis.score.toFixed(2)}, ranked by ${hypothesis.normalized.toFixed(2)}` }));
         list.append(item);
       });
       body.append(list);
@@ -321,6 +323,12 @@
     }
   }
 
+  function bar(weight) {  // its width set through the CSSOM: the page's policy forbids style attributes
+    const node = el("span", { class: "bar" });
+    node.style.width = `${Math.round(120 * weight)}px`;
+    return node;
+  }
+
   async function stepThrough(record) {
     const focused = record.panel.querySelector(".out-word.current");
     const step = focused ? Number(focused.dataset.row) : 0;
@@ -332,7 +340,7 @@
         table.append(el("tr", {}, el("td", { text: piece }),
                         el("td", { text: answer.scores ? answer.scores[s].toFixed(3) : "—" }),
                         el("td", { text: answer.weights[s].toFixed(3) }),
-                        el("td", {}, el("span", { class: "bar", style: `width: ${Math.round(120 * answer.weights[s])}px` }))));
+                        el("td", {}, bar(answer.weights[s]))));
       });
       const box = record.result;
       box.hidden = false;
