@@ -263,3 +263,19 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     shot = browser.screenshot(tmp_path / "serve.png")
     assert shot.stat().st_size > 10_000
     assert not browser.errors()
+
+
+def test_a_gold_split_gives_examples_with_their_links(runs, tmp_path):
+    from attnmt.serve.models import gold_examples
+
+    gold = tmp_path / "gold"
+    (tmp_path / "gold.de-en.de").write_text("ein hund läuft\nder ball\n", encoding="utf-8")
+    (tmp_path / "gold.de-en.en").write_text("a dog runs\nthe ball\n", encoding="utf-8")
+    (tmp_path / "gold.de-en.naacl").write_text("1 1 1 S\n1 2 2 S\n1 3 3 P\n2 1 1 S\n2 2 2 S\n", encoding="utf-8")
+    models = load_models(runs[:1], say=lambda line: None)
+    examples = gold_examples(gold, models)
+    assert examples[0] == {"source": "ein hund läuft", "reference": "a dog runs", "links": "0-0 1-1", "possible": "2-2"}
+    views = Views(models, examples)
+    answer = views.gold({"sentence": examples[0]["source"], "reference": examples[0]["reference"],
+                         "links": examples[0]["links"], "possible": examples[0]["possible"]})
+    assert answer["gold"] == [[0, 0], [1, 1]] and 0 <= answer["models"][0]["aer"] <= 1

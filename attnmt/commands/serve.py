@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="the port (default 8000; 0: any free port)")
     parser.add_argument("--split", default="test",
                         help="the test set whose sentences the page offers (default: the first run's first)")
+    parser.add_argument("--gold", metavar="PREFIX", default=None,
+                        help="a gold alignment split, PREFIX.<src>-<tgt>.<src|tgt|naacl> (e.g. "
+                             "../shared/data/alignment-gold/hansards-en-fr/trial): its pairs, with their links, "
+                             "are the examples the page offers")
     parser.add_argument("--open", action="store_true", help="open the page in the default web browser")
     parser.add_argument("--log", action="store_true", help="print a line for every request")
     add_device_option(parser, default_from="each run's search.device")
@@ -48,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from attnmt.errors import ConfigError
     from attnmt.serve.jobs import MainThreadJobs
-    from attnmt.serve.models import load_models, test_examples
+    from attnmt.serve.models import gold_examples, load_models, test_examples
     from attnmt.serve.server import make_server, serve_in_thread
     from attnmt.serve.views import Views
 
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be from 0 to 65535, got {args.port}")
     models = load_models(args.runs, args.hf, args.checkpoint, args.device, args.trust_run_code,
                          say=lambda line: say("serve", line))
-    examples = test_examples(models, args.split)
+    examples = gold_examples(args.gold, models) if args.gold is not None else test_examples(models, args.split)
     jobs = MainThreadJobs()  # the models' work runs on this thread, which loaded them (attnmt.serve.jobs)
     try:
         server = make_server(Views(models, examples, jobs), args.host, args.port, quiet=not args.log)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnmt.alignment.protocol import read_gold_split
 from attnmt.data import load_split
 from attnmt.decoding.hf import HFTranslator
 from attnmt.decoding.interventions import can_intervene
@@ -23,7 +24,7 @@ from attnmt.errors import AttnmtError, ConfigError
 from attnmt.models import count_parameters
 from attnmt.runtime.checks import PLAIN_NAME
 
-__all__ = ["MAX_EXAMPLES", "ServedModel", "load_models", "test_examples"]
+__all__ = ["MAX_EXAMPLES", "ServedModel", "gold_examples", "load_models", "test_examples"]
 
 #: test-set sentences the page offers to pick from
 MAX_EXAMPLES = 200
@@ -116,3 +117,20 @@ def test_examples(models: Sequence[ServedModel], split: str = "test", limit: int
         return [{"source": source, "reference": reference}
                 for source, reference in zip(corpus.src[:limit], corpus.tgt[:limit])]
     return []
+
+
+def gold_examples(prefix: str | Path, models: Sequence[ServedModel], limit: int = MAX_EXAMPLES) -> list[dict]:
+    """The pairs of a gold alignment split, ``PREFIX.<src>-<tgt>.<src|tgt|naacl>`` (the languages of
+    the first run), as examples with their links (``i-j``, 0-based, over the words split on spaces):
+    ``{"source", "reference", "links"}`` (sure) and ``"possible"``. DataError naming a file."""
+    config = next((getattr(served.translator, "run_config", None) for served in models
+                   if getattr(served.translator, "run_config", None) is not None), None)
+    languages = (config.data.src_lang, config.data.tgt_lang) if config is not None else ("en", "fr")
+    path = Path(prefix)
+    split = read_gold_split(path.parent, path.name, languages, lowercase=False)
+    examples = []
+    for src, tgt, sure, possible in zip(split.src, split.tgt, split.gold.sure, split.gold.possible):
+        examples.append({"source": " ".join(src), "reference": " ".join(tgt),
+                         "links": " ".join(f"{i}-{j}" for i, j in sorted(sure)),
+                         "possible": " ".join(f"{i}-{j}" for i, j in sorted(possible - sure))})
+    return examples[:limit]

@@ -317,15 +317,17 @@ class Views:
         return self._run(served, work)
 
     def gold(self, payload: dict) -> dict[str, Any]:
-        """``POST /api/gold`` {sentence, reference, links, models?}: each model's links between the
-        source and the reference words, read from its attention when force-decoding the reference
-        (``TranslatorAligner``), and their precision, recall and AER against ``links`` ("i-j" pairs,
-        0-based: source word i, reference word j)."""
+        """``POST /api/gold`` {sentence, reference, links, possible?, models?}: each model's links
+        between the source and the reference words, read from its attention when force-decoding the
+        reference (``TranslatorAligner``), and their precision, recall and AER against the sure
+        ``links`` and the ``possible`` ones ("i-j" pairs, 0-based: source word i, reference word j)."""
         sentence = _text(payload, "sentence")
         reference = _text(payload, "reference")
         text = _text(payload, "links", limit=20 * MAX_LINKS, required=False)
         src_words, tgt_words = sentence.split(), reference.split()
         sure = _links(text, len(src_words), len(tgt_words))
+        possible = sure | _links(_text(payload, "possible", limit=20 * MAX_LINKS, required=False), len(src_words),
+                                 len(tgt_words))
         chosen = self._chosen(payload)
         answers = []
         for served in chosen:
@@ -333,7 +335,7 @@ class Views:
 
             def work(served: ServedModel = served) -> dict[str, Any]:
                 predicted = TranslatorAligner(served.translator).align([src_words], [tgt_words])[0]
-                scores = alignment_error_rate([predicted], [sure])
+                scores = alignment_error_rate([predicted], [sure], [possible])
                 return {"model": served.name, "links": sorted([list(link) for link in predicted]),
                         **{key: round(value, 4) for key, value in scores.items()}}
 

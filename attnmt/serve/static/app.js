@@ -412,7 +412,7 @@
   }
 
   function drawGoldGrid() {
-    const source = state.sentence.split(/\s+/).filter(Boolean), reference = byId("gold-reference").value.split(/\s+/).filter(Boolean);
+    const source = byId("sentence").value.split(/\s+/).filter(Boolean), reference = byId("gold-reference").value.split(/\s+/).filter(Boolean);
     state.goldWords = [source, reference];
     const table = el("table", { "aria-label": "gold links" });
     const head = el("tr", {}, el("th", {}));
@@ -436,7 +436,8 @@
     const table = byId("gold-table"), body = table.querySelector("tbody");
     try {
       const answer = await api("/api/gold", { sentence: state.sentence || byId("sentence").value,
-                                              reference: byId("gold-reference").value, links: byId("gold-links").value });
+                                              reference: byId("gold-reference").value, links: byId("gold-links").value,
+                                              possible: state.possible || "" });
       body.replaceChildren();
       answer.models.forEach((row) => body.append(el("tr", {}, el("td", { text: row.model }),
         el("td", { text: row.precision.toFixed(3) }), el("td", { text: row.recall.toFixed(3) }),
@@ -477,11 +478,17 @@
       byId("reference").hidden = false;
       byId("reference").textContent = `reference: ${example.reference}`;
       byId("gold-reference").value = example.reference;
+      state.gold = new Set(example.links ? example.links.split(" ").filter(Boolean) : []);
+      state.possible = example.possible || "";
+      byId("gold-links").value = example.links || "";
+      if (example.links !== undefined) byId("gold-box").open = true;
+      drawGoldGrid();
       translate();
     });
     byId("ask").addEventListener("submit", (event) => { event.preventDefault(); translate(); });
     byId("gold-reference").addEventListener("input", drawGoldGrid);
     byId("gold-links").addEventListener("change", () => {
+      state.possible = "";  // links typed by hand are all sure
       state.gold = new Set(byId("gold-links").value.split(/[\s,]+/).filter(Boolean));
       drawGoldGrid();
     });
