@@ -260,8 +260,16 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert browser.evaluate("document.querySelectorAll(\".panel[data-model='run'] .step-table .bar\").length") > 0
-    shot = browser.screenshot(tmp_path / "serve.png")
+    shot = browser.screenshot(tmp_path / "serve.png")  # kept in pytest's temporary folder of this session
     assert shot.stat().st_size > 10_000
+    # The link restores the view: the sentence, and the matrix each panel shows.
+    select = "document.querySelector(\".panel[data-model='run-2'] select.matrix-select\")"
+    browser.evaluate(f"{select}.value = '2'; {select}.dispatchEvent(new Event('change'))")
+    browser.open(f"{url}?again{browser.evaluate('location.hash')}")
+    while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline + 20:
+        time.sleep(0.05)
+    assert browser.evaluate(f"{select}.value") == "2"
+    assert browser.evaluate("document.getElementById('sentence').value") == SENTENCE
     assert not browser.errors()
 
 

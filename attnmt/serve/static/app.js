@@ -4,7 +4,7 @@
 "use strict";
 
 (function () {
-  const state = { models: [], examples: [], answer: null, sentence: "", beam: 1, nBest: 1,
+  const state = { models: [], examples: [], answer: null, sentence: "", beam: 1, nBest: 1, restoredChoices: new Map(),
                   panels: new Map(), gold: new Set(), goldWords: [[], []] };
   const byId = (id) => document.getElementById(id);
 
@@ -78,7 +78,7 @@
 
   function heatmap(matrix, rows, columns, options) {
     const cell = 22, left = 8 + 7 * Math.max(4, ...rows.map((w) => w.length)), top = 8 + 7 * Math.max(4, ...columns.map((w) => w.length));
-    const width = left + cell * columns.length + 4, height = top + cell * rows.length + 4;
+    const width = left + cell * columns.length + 10, height = top + cell * rows.length + 4;
     const root = svg("svg", { class: "heatmap", width, height, viewBox: `0 0 ${width} ${height}`,
                               xmlns: "http://www.w3.org/2000/svg", role: "img", "aria-label": options.label });
     root.append(svg("rect", { x: 0, y: 0, width, height, fill: "#fff" }));
@@ -111,6 +111,9 @@
       if (i < (options.forced || 0)) {
         root.append(svg("rect", { x: 2, y: top + cell * i + 2, width: 4, height: cell - 4, fill: "#e8590c" }));
       }
+      if (options.changed && options.changed.has(i)) {  // this row's attention differs from the model's own
+        root.append(svg("circle", { cx: left + cell * columns.length + 4, cy: top + cell * i + cell / 2, r: 3, fill: "#b42318" }));
+      }
     });
     if (options.onCell) {
       root.addEventListener("click", (event) => {
@@ -132,7 +135,8 @@
 
   function renderPanel(view, model) {
     const panel = el("section", { class: "panel", "data-model": view.model, "aria-label": `model ${view.model}` });
-    const record = { view, model, panel, choice: 0, saliency: null, controller: null };
+    const record = { view, model, panel, choice: state.restoredChoices.get(view.model) || 0, saliency: null,
+                     controller: null };
     state.panels.set(view.model, record);
     panel.append(el("h2", {}, el("span", { text: view.model }),
                     el("span", { class: "muted", text: `${model.kind}, ${model.attention}` }),
@@ -161,7 +165,7 @@
     const select = el("select", { "aria-label": "attention matrix", class: "matrix-select" });
     choices.forEach(([name], index) => select.append(el("option", { value: index, text: name })));
     select.value = String(Math.min(record.choice, choices.length - 1));
-    select.addEventListener("change", () => { record.choice = Number(select.value); drawFigures(record); });
+    select.addEventListener("change", () => { record.choice = Number(select.value); drawFigures(record); remember(); });
     const method = el("select", { "aria-label": "saliency method" });
     state.saliencyMethods.forEach((name) => method.append(el("option", { value: name, text: name })));
     const progress = el("span", { class: "progress", "aria-live": "polite" });
@@ -280,7 +284,7 @@
     }
   }
 
-  function showResult(record, title, view, note) {
+  function showResult(record, title, view, note, changed) {
     const box = record.result;
     box.hidden = false;
     box.replaceChildren(el("div", { class: "figure-title", text: title }),
@@ -288,7 +292,7 @@
     if (note) box.append(el("div", { class: "muted", text: note }));
     const [name, matrix] = matrixChoices(view)[0];
     box.append(heatmap(matrix, view.out_words, view.src_words, { label: `${view.model}: ${name}`, links: true,
-                                                                 forced: view.forced_words }));
+                                                                 forced: view.forced_words, changed }));
   }
 
   async function decodeFrom(record, prefix) {
@@ -296,21 +300,22 @@
       const view = await api("/api/prefix", { sentence: state.sentence, model: record.view.model, prefix });
       const changed = changedRows(record.view, view);
       showResult(record, `decoded from the prefix "${prefix}"`, view,
-                 `the first ${view.forced_words} word(s) forced (marked); the attention differs from the model's own ` +
-                 `translation at ${changed} of the rows they share`);
+                 `the first ${view.forced_words} word(s) forced (orange); a red dot marks each row where the attention ` +
+                 `differs from the model's own translation: ${changed.size} of ${Math.min(record.view.search.length, view.search.length)}`,
+                 changed);
     } catch (error) {
       showResult(record, error.message, { output: "", out_words: [], src_words: [], search: [], layers: [] });
     }
   }
 
-  function changedRows(before, after) {
-    let changed = 0;
+  function changedRows(before, after) {  // rows (output positions) whose word or attention moved by > 0.02
+    const changed = new Set();
     const rows = Math.min(before.search.length, after.search.length);
     for (let i = 0; i < rows; i += 1) {
       if (before.out_words[i] !== after.out_words[i] ||
-          before.search[i].some((value, j) => Math.abs(value - (after.search[i][j] || 0)) > 0.02)) changed += 1;
+          before.search[i].some((value, j) => Math.abs(value - (after.search[i][j] || 0)) > 0.02)) changed.add(i);
     }
-    return `${changed} of ${rows}`;
+    return changed;
   }
 
   async function pin(record, row, col) {
@@ -408,7 +413,12 @@
     byId("export-json").disabled = false;
     byId("copy-link").disabled = false;
     byId("translate").disabled = false;
-    location.hash = new URLSearchParams({ s: sentence, beam: state.beam, best: state.nBest }).toString();
+    remember();
+  }
+
+  function remember() {  // the view in the address: sentence, beam, and each panel's matrix
+    const matrices = [...state.panels.values()].map((record) => `${record.view.model}:${record.choice}`).join(",");
+    location.hash = new URLSearchParams({ s: state.sentence, beam: state.beam, best: state.nBest, m: matrices }).toString();
   }
 
   function drawGoldGrid() {
@@ -502,6 +512,8 @@
     });
     const restored = new URLSearchParams(location.hash.slice(1));
     document.documentElement.dataset.ready = "true";
+    state.restoredChoices = new Map((restored.get("m") || "").split(",").filter(Boolean)
+      .map((item) => [item.slice(0, item.lastIndexOf(":")), Number(item.slice(item.lastIndexOf(":") + 1)) || 0]));
     if (restored.get("s")) {
       byId("sentence").value = restored.get("s");
       if (restored.get("beam")) byId("beam").value = restored.get("beam");
