@@ -287,3 +287,16 @@ def test_a_gold_split_gives_examples_with_their_links(runs, tmp_path):
     answer = views.gold({"sentence": examples[0]["source"], "reference": examples[0]["reference"],
                          "links": examples[0]["links"], "possible": examples[0]["possible"]})
     assert answer["gold"] == [[0, 0], [1, 1]] and 0 <= answer["models"][0]["aer"] <= 1
+
+
+def test_each_model_works_on_its_own_thread_and_stopping_refuses_new_work(views):
+    from attnmt.serve.jobs import ModelWorkers
+
+    workers = ModelWorkers(list(views.models))
+    threaded = Views(list(views.models.values()), jobs=workers)
+    same = threaded.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]
+    assert same["output"] == views.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]["output"]
+    workers.stop()
+    with pytest.raises(RequestError) as refused:
+        threaded.translate({"sentence": SENTENCE})
+    assert refused.value.status == 503

@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     import webbrowser
 
     from attnmt.errors import ConfigError
-    from attnmt.serve.jobs import MainThreadJobs
+    from attnmt.serve.jobs import ModelWorkers
     from attnmt.serve.models import gold_examples, load_models, test_examples
-    from attnmt.serve.server import make_server, serve_in_thread
+    from attnmt.serve.server import make_server
     from attnmt.serve.views import Views
 
     if not 0 <= args.port <= 65535:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     models = load_models(args.runs, args.hf, args.checkpoint, args.device, args.trust_run_code,
                          say=lambda line: say("serve", line))
     examples = gold_examples(args.gold, models) if args.gold is not None else test_examples(models, args.split)
-    jobs = MainThreadJobs()  # the models' work runs on this thread, which loaded them (attnmt.serve.jobs)
+    jobs = ModelWorkers([served.name for served in models])  # a worker thread per model (attnmt.serve.jobs)
     try:
         server = make_server(Views(models, examples, jobs), args.host, args.port, quiet=not args.log)
     except OSError as error:
@@ -77,13 +77,11 @@ def run(args: argparse.Namespace) -> int:
           f"{len(examples)} examples; Ctrl-C stops it)", flush=True)
     if args.open:
         webbrowser.open(server.url)
-    serve_in_thread(server)
     try:
-        jobs.work_forever()
+        server.serve_forever()
     except KeyboardInterrupt:
         say("serve", "stopped")
     finally:
         jobs.stop()
-        server.shutdown()
         server.server_close()
     return 0

@@ -1,15 +1,18 @@
-"""Where the models' work runs: on one thread, the one that loaded them.
+"""Where the models' work runs: one worker thread per model, each with one PyTorch thread.
 
-PyTorch's CPU operators run their parallel parts in OpenMP teams, one per thread that calls them.
-Timed while this was built (2 cores, an AVX2 CPU), whichever thread uses a second team is several
-times slower: fifty forward and backward passes of a bidirectional LSTM took 0.11 s on the thread
-that had run first and 0.62 s on another, and integrated gradients over a 22-word sentence 0.85 s
-against 5.9 s (``benchmarks/serve.py`` measures the server as it is). So
-``attnmt serve`` answers HTTP on request threads, but every piece of model work is a job that the
-main thread runs, one at a time: a translation (priority 0) before saliency, gold links or an
-export (priority 1) that came earlier and have not started.
+PyTorch's CPU operators run their parallel parts in OpenMP teams, one per calling thread, and on a
+request thread (a second team) they ran several times slower than on the thread that ran first:
+timed while this was built (2 cores, an AVX2 CPU), fifty forward and backward passes of a
+bidirectional LSTM took 0.11 s on the first thread and 0.62 s on another, integrated gradients over
+a 22-word sentence 0.85 s against 5.9 s. With one intra-op thread per worker there is no team to
+share: a translation with beam 5 took 0.066 s (0.078 s with two threads on the main thread),
+integrated gradients 1.68 s (1.50 s), and a translation on one model while another model computed
+saliency 0.24 s, not blocked. So each model gets a worker thread with one PyTorch thread, and the
+two cores serve two models at once; ``benchmarks/serve.py`` measures the server as it is.
 
-``InlineJobs`` runs a job in the caller's thread (the views called directly: tests, notebooks).
+A model's jobs run one at a time, a translation (priority 0) before saliency, gold links or an
+export (priority 1) queued earlier that has not started. ``InlineJobs`` runs a job in the caller's
+thread instead (the views called directly: tests, notebooks).
 """
 
 from __future__ import annotations
@@ -17,62 +20,68 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TypeVar
 
-__all__ = ["InlineJobs", "MainThreadJobs"]
+import torch
+
+__all__ = ["InlineJobs", "ModelWorkers"]
 
 T = TypeVar("T")
+STOPPING = "attnmt serve is stopping"
 
 
 class InlineJobs:
     """Jobs run in the thread that asks for them."""
 
-    def run(self, job: Callable[[], T], priority: int = 0) -> T:
+    def run(self, model: str, job: Callable[[], T], priority: int = 0) -> T:
         return job()
 
+    def stop(self) -> None:
+        pass
 
-class MainThreadJobs:
-    """Jobs queued by request threads and run by the thread that calls ``work_forever``."""
 
-    def __init__(self) -> None:
-        self._queue: queue.PriorityQueue[tuple[int, int, Callable[[], Any], Future]] = queue.PriorityQueue()
+class ModelWorkers:
+    """A worker thread per model name; ``run`` queues a job on that model's worker and waits."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._queues: dict[str, queue.PriorityQueue] = {name: queue.PriorityQueue() for name in names}
         self._order = itertools.count()
         self._stopped = threading.Event()
+        for name, jobs in self._queues.items():
+            threading.Thread(target=self._work, args=(jobs,), name=f"attnmt-serve-{name}", daemon=True).start()
 
-    def run(self, job: Callable[[], T], priority: int = 0) -> T:
-        """Queue ``job`` and wait for its result (or its exception)."""
+    def run(self, model: str, job: Callable[[], T], priority: int = 0) -> T:
+        """Queue ``job`` on ``model``'s worker and wait for its result (or its exception)."""
         if self._stopped.is_set():
-            raise RuntimeError("attnmt serve is stopping")
+            raise RuntimeError(STOPPING)
         done: Future = Future()
-        self._queue.put((priority, next(self._order), job, done))
+        self._queues[model].put((priority, next(self._order), job, done))
         return done.result()
 
-    def work_forever(self, poll_seconds: float = 0.2) -> None:
-        """Run the queued jobs until ``stop`` (or a KeyboardInterrupt, which propagates)."""
-        while not self._stopped.is_set():
-            try:
-                _, _, job, done = self._queue.get(timeout=poll_seconds)
-            except queue.Empty:
-                continue
+    def _work(self, jobs: queue.PriorityQueue) -> None:
+        torch.set_num_threads(1)  # this thread's own: no OpenMP team to share (module docstring)
+        while True:
+            _, _, job, done = jobs.get()
+            if job is None:
+                return
             if not done.set_running_or_notify_cancel():
                 continue
             try:
                 done.set_result(job())
-            except KeyboardInterrupt:  # Ctrl-C while a job ran: the request hears that the server stops
-                done.set_exception(RuntimeError("attnmt serve is stopping"))
-                raise
             except BaseException as error:  # noqa: BLE001 - handed to the request that asked for it
                 done.set_exception(error)
 
     def stop(self) -> None:
         """No new jobs; those queued fail with RuntimeError, so no request waits forever."""
         self._stopped.set()
-        while True:
-            try:
-                _, _, _, done = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if done.set_running_or_notify_cancel():
-                done.set_exception(RuntimeError("attnmt serve is stopping"))
+        for jobs in self._queues.values():
+            while True:
+                try:
+                    _, _, _, done = jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if done is not None and done.set_running_or_notify_cancel():
+                    done.set_exception(RuntimeError(STOPPING))
+            jobs.put((-1, -1, None, None))  # ends the worker

@@ -34,7 +34,7 @@ from attnmt.errors import AttnmtError
 from attnmt.evaluation.agreement import translation_agreement
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.choices import SALIENCY_METHODS
-from attnmt.serve.jobs import InlineJobs, MainThreadJobs
+from attnmt.serve.jobs import InlineJobs, ModelWorkers
 from attnmt.serve.models import ServedModel
 from attnmt.visual.export import attention_lines, attention_records
 
@@ -101,7 +101,7 @@ class Views:
     """The answers of ``attnmt serve`` over ``models`` (each request is a dict from JSON)."""
 
     def __init__(self, models: Sequence[ServedModel], examples: Sequence[dict] = (),
-                 jobs: InlineJobs | MainThreadJobs | None = None):
+                 jobs: InlineJobs | ModelWorkers | None = None):
         self.models = {served.name: served for served in models}
         self.examples = list(examples)
         self.jobs = jobs or InlineJobs()  # where model work runs (attnmt.serve.jobs says why it matters)
@@ -139,7 +139,7 @@ class Views:
                 return work()
 
         try:
-            return self.jobs.run(job, priority)
+            return self.jobs.run(served.name, job, priority)
         except UserCodeError as error:
             raise RequestError(500, f"model {served.name!r}: {error}") from None
         except AttnmtError as error:
