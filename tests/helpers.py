@@ -194,10 +194,14 @@ def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = Fal
     return Trainer(cfg, folder / out, resume=resume, show_progress=False, verbose=False).run()
 
 
+#: record fields that depend on the machine and the moment: time, memory, and the thread count
+#: (it follows the machine's load unless fixed)
+MACHINE_FIELDS = ("elapsed", "tokens_per_s", "val_seconds", "resident_gib", "threads")
+
+
 def comparable(records: list[dict]) -> list[dict]:
-    """Metric records without the fields that measure time and memory."""
-    return [{k: v for k, v in r.items() if k not in ("elapsed", "tokens_per_s", "val_seconds", "resident_gib")}
-            for r in records]
+    """Metric records without the fields that measure the machine (``MACHINE_FIELDS``)."""
+    return [{k: v for k, v in r.items() if k not in MACHINE_FIELDS} for r in records]
 
 
 # ---------------------------------------------------------------------------- a full disk

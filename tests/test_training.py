@@ -23,6 +23,7 @@ from attnmt.models import build_model
 from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.runs.folder import config_differences
 from attnmt.runs.run_config import RunConfig, TrainingConfig, load_config
+from attnmt.runtime.threads import available_cores
 from attnmt.training import PlateauTracker, backward_on_batch, training_threads
 
 from helpers import comparable, make_pairs, run_trainer, save_yaml, tiny_run_config
@@ -430,7 +431,7 @@ def test_threads_come_from_the_config_then_omp_num_threads_then_the_cores(monkey
     assert training_threads(3, world_size=1) == 3
     assert training_threads(None, world_size=1) == 1
     monkeypatch.delenv("OMP_NUM_THREADS")
-    cores = os.cpu_count() or 1
+    cores = available_cores()
     assert training_threads(None, world_size=1) == cores
     assert training_threads(None, world_size=2 * cores) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "not-a-number")

@@ -55,6 +55,7 @@ from attnmt.commands.options import (
     add_device_option,
     add_hf_option,
     add_saliency_options,
+    add_threads_option,
     add_trust_option,
     saliency_options,
     say,
@@ -126,7 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "languages, else the run's source language)")
     translator.add_argument("--max-tokens", type=int, default=None,
                             help="padded tokens per forward call (default 4000)")
-    translator.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    add_threads_option(translator)
     add_saliency_options(translator, "align with the translator's saliency instead of its attention")
     add_device_option(translator)
     add_trust_option(translator)

@@ -24,7 +24,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_precision_option, add_trust_option, say
+from attnmt.commands.options import (
+    add_device_option,
+    add_precision_option,
+    add_threads_option,
+    add_trust_option,
+    say,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_option(parser)
     add_device_option(parser)
     add_trust_option(parser)
+    add_threads_option(parser)
     parser.add_argument("--no-merge-pieces", action="store_true",
                         help="plot subword pieces instead of merging them into words")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -70,7 +77,7 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
         args.run_dir, split=args.split, beam=beam, checkpoint=args.checkpoint, batch_size=args.batch_size,
         return_attention=args.examples > 0, progress=not args.no_progress, precision=args.precision,
         device=args.device, on_load=lambda translator: say("evaluate", translator.describe()),
-        trust_run_code=args.trust_run_code,
+        trust_run_code=args.trust_run_code, num_threads=args.threads,
     )
     result, report = evaluation.result, evaluation.report
     run_dir = evaluation.json_path.parent
@@ -114,6 +121,7 @@ def _beam_table(args: argparse.Namespace, beams: list[int]) -> int:
         args.run_dir, beams, split=args.split, checkpoint=args.checkpoint, batch_size=args.batch_size,
         progress=not args.no_progress, precision=args.precision, device=args.device,
         on_load=lambda translator: say("evaluate", translator.describe()), trust_run_code=args.trust_run_code,
+        num_threads=args.threads,
     )
     print(evaluation.header)
     print(evaluation.table)

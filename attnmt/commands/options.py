@@ -41,6 +41,12 @@ def add_hf_option(parser: Options, action: str = "store") -> None:
                              + ("; give it twice for both directions" if action == "append" else ""))
 
 
+def add_threads_option(parser: Options) -> None:
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch threads on a CPU, fixed (default: the cores other running processes leave "
+                             "free, read again before each step or batch; $OMP_NUM_THREADS fixes it too)")
+
+
 def add_trust_option(parser: Options) -> None:
     parser.add_argument("--trust-run-code", action="store_true",
                         help="for a run trained with your own attention (file.py:Class): when that file has "
@@ -87,7 +93,8 @@ def load_translator(args: argparse.Namespace):
 
         return Translator.load(args.run_dir, getattr(args, "checkpoint", "best"),
                                precision=getattr(args, "precision", None), device=args.device,
-                               trust_run_code=getattr(args, "trust_run_code", False))
+                               trust_run_code=getattr(args, "trust_run_code", False),
+                               num_threads=getattr(args, "threads", None))
     if getattr(args, "precision", None) not in (None, "fp32"):
         raise ConfigError("--precision: only fp32 with --hf")
     from attnmt.decoding.hf import HFTranslator

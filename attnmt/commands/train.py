@@ -4,7 +4,8 @@ Trains tokenizers on the training split, then the model with Adam, gradient clip
 on a validation-loss plateau, label smoothing and early stopping; writes best.pt (lowest
 validation loss) and last.pt, metrics.jsonl and attention heatmaps of validation sentences per
 epoch into the run folder. A run folder is never overwritten: continue a stopped or killed run
-with --resume (it continues exactly where its last checkpoint left off).
+with --resume (it continues exactly where its last checkpoint left off, to the bit with a fixed
+--threads).
 
 Examples:
   attnmt train --config configs/multi30k_rnn.yaml --attention additive --seed 2 --out runs/additive-2
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_trust_option
+from attnmt.commands.options import add_device_option, add_threads_option, add_trust_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="training.device")
+    add_threads_option(parser)
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
     add_trust_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         "max_steps": args.max_steps,
         "max_minutes": args.max_minutes,
         "device": args.device,
+        "num_threads": args.threads,
     }
     requested = load_config(args.config, overrides, args.set) if args.config is not None else None
     if args.out is None:

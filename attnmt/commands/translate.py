@@ -31,6 +31,7 @@ from attnmt.commands.options import (
     add_hf_option,
     add_precision_option,
     add_saliency_options,
+    add_threads_option,
     add_trust_option,
     load_translator,
     saliency_options,
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_option(parser)
     add_hf_option(parser)
     add_trust_option(parser)
+    add_threads_option(parser)
 
 
 def _plot_paths(path: Path, count: int) -> list[Path]:

@@ -28,6 +28,7 @@ from attnmt.commands.options import (
     add_device_option,
     add_hf_option,
     add_saliency_options,
+    add_threads_option,
     add_trust_option,
     load_translator,
     saliency_options,
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_option(parser)
     add_hf_option(parser)
     add_trust_option(parser)
+    add_threads_option(parser)
     parser.add_argument("--src", type=Path, metavar="FILE", help="with --hf: source sentences, one a line")
     parser.add_argument("--ref", type=Path, metavar="FILE", help="with --hf: their reference translations")
     add_saliency_options(parser, "show beside each attention heatmap")
@@ -83,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = path.parent
     if args.out is not None:  # before the model is loaded
         check_output(args.out, "--out", args.overwrite, [run_dir], suffixes=[".html"])
-    translator = Translator.load(path, device=args.device, trust_run_code=args.trust_run_code)
+    translator = Translator.load(path, device=args.device, trust_run_code=args.trust_run_code,
+                                 num_threads=args.threads)
     say("view", translator.describe())
     config = translator.run_config
     assert config is not None  # loaded from a run

@@ -53,6 +53,7 @@ from attnmt.runtime.device import (
 )
 from attnmt.runtime.precision import autocast, check_precision
 from attnmt.runtime.renames import renamed_parameters
+from attnmt.runtime.threads import ThreadChooser, following, thread_plan
 
 __all__ = ["Translation", "Translations", "Translator", "source_texts"]
 
@@ -100,7 +101,9 @@ class Translator:
     """A model, its tokenizers and its search settings (``search_config``, a ``SearchConfig``: the
     defaults of every ``translate`` call). ``run_config`` is the run's whole config when the
     translator was loaded from a run, ``progress`` the position its checkpoint was written at
-    (step, epoch, elapsed_seconds, stop_reason; empty when unknown)."""
+    (step, epoch, elapsed_seconds, stop_reason; empty when unknown). ``threads``, when set, chooses
+    the CPU thread count batch by batch (``attnmt.runtime.threads``; ``Translator.load`` sets it
+    unless the count is fixed), and ``thread_reason`` says why the count is what it is."""
 
     @renamed_parameters(search="search_config")
     def __init__(
@@ -118,6 +121,8 @@ class Translator:
             search_config = run_config.search if run_config is not None else SearchConfig()
         self.search_config = search_config
         self.progress = dict(progress or {})
+        self.threads: ThreadChooser | None = None
+        self.thread_reason: str | None = None
 
     @property
     def search(self) -> SearchConfig:
@@ -143,7 +148,7 @@ class Translator:
     def describe(self) -> str:
         """One line for stderr: the device and precision searches run on."""
         tf32 = self.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
-        return describe(self.device, self.precision, tf32=tf32)
+        return describe(self.device, self.precision, tf32=tf32, threads=self.thread_reason)
 
     @classmethod
     def load(
@@ -157,10 +162,10 @@ class Translator:
         A run trained with a user's attention runs the code it keeps only with consent: code this
         user trained with on this machine, or ``trust_run_code=True``; ``attention`` (the spec the user
         names now) imports that file instead, which must hold the same code. Else UntrustedCodeError."""
-        if num_threads is not None:
-            if not is_int(num_threads) or not 1 <= num_threads <= MAX_THREADS:
-                raise ConfigError(f"num_threads={num_threads!r}: must be an integer from 1 to {MAX_THREADS}")
-            torch.set_num_threads(num_threads)
+        if num_threads is not None and (not is_int(num_threads) or not 1 <= num_threads <= MAX_THREADS):
+            raise ConfigError(f"num_threads={num_threads!r}: must be an integer from 1 to {MAX_THREADS}")
+        plan = thread_plan(num_threads, "--threads")
+        torch.set_num_threads(plan.threads)
         path = checkpoint_path(run, checkpoint)
         state = load_checkpoint(path)
         classes = checkpoint_code(state, path, trust_run_code, attention)  # its errors name the file
@@ -180,7 +185,11 @@ class Translator:
         target = resolve_device(search_config.device)
         enable_tf32(target)
         model.to(target).eval()
-        return cls(model, tokenizers, search_config, run_config, progress=state.get("progress"))
+        translator = cls(model, tokenizers, search_config, run_config, progress=state.get("progress"))
+        translator.thread_reason = plan.reason
+        if plan.adaptive and target.type == "cpu":
+            translator.threads = ThreadChooser(plan.threads, hold=1)  # batches are long and few
+        return translator
 
     # ---- limits, checked before any work -----------------------------------------------------------
 
@@ -283,7 +292,7 @@ class Translator:
         self.model.eval()
         try:
             with torch.inference_mode(), autocast(precision, self.device.type):
-                for batch in batches_for_inference(src_ids, batch_size=batch_size):
+                for batch in following(self.threads, batches_for_inference(src_ids, batch_size=batch_size)):
                     hypotheses = self._search(batch.to(self.device), beam, alpha, return_attention)
                     for index, hypothesis in zip(batch.indices, hypotheses):
                         if math.isnan(float(hypothesis.score)):
@@ -383,7 +392,7 @@ class Translator:
         """``attnmt.models.readout.force_decode`` with this translator's model: complete rows of
         source and output ids in, ``(pair index, ForcedReading)`` out, batch by batch."""
         return force_decode(self.model, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
-                            progress=progress)
+                            progress=progress, before_batch=None if self.threads is None else self.threads.before)
 
     def read_attention(self, translations: Sequence[Translation], progress: bool = False) -> list[np.ndarray]:
         """Every decoder layer's and head's cross-attention of each translation's output, read by

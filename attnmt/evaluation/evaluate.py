@@ -30,6 +30,7 @@ from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.outputs import check_writable_folder
 from attnmt.runtime.tables import format_table
+from attnmt.runtime.threads import following
 
 __all__ = ["BEAM_HEADERS", "BeamEvaluation", "BeamResult", "CorpusEvaluation", "RunEvaluation", "beam_table",
            "compare_beam_sizes", "corpus_perplexity", "data_of_run", "evaluate_beam_sizes", "evaluate_corpus",
@@ -40,7 +41,8 @@ def corpus_perplexity(translator: Translator, corpus: ParallelCorpus, max_tokens
     """Perplexity of ``translator`` on a whole corpus (never cut), batched by ``max_tokens``."""
     src_ids = translator.tokenizers.src.encode_many(corpus.src)
     tgt_ids = translator.tokenizers.tgt.encode_many(corpus.tgt)
-    return perplexity(translator.model, batches_for_inference(src_ids, max_tokens=max_tokens, tgt_ids=tgt_ids))
+    batches = batches_for_inference(src_ids, max_tokens=max_tokens, tgt_ids=tgt_ids)
+    return perplexity(translator.model, following(getattr(translator, "threads", None), batches))
 
 
 # --------------------------------------------------------------------------- a whole split
@@ -99,13 +101,14 @@ def _check_beam(beam: Any, what: str = "beam") -> None:
         raise ConfigError(f"{what} must be an integer >= 1, got {beam!r}")
 
 
-def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code=False) -> tuple[
+def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code=False, num_threads=None) -> tuple[
         Path, Translator, str, ParallelCorpus, int]:
     """The checkpoint file, its Translator (shown to ``on_load``), the split's name, its corpus and
     the run's ``data.max_tokens``."""
     path = checkpoint_path(run, checkpoint)
     check_writable_folder(path.parent, f"the run folder {path.parent}, where the scores are written")
-    translator = Translator.load(path, precision=precision, device=device, trust_run_code=trust_run_code)
+    translator = Translator.load(path, precision=precision, device=device, trust_run_code=trust_run_code,
+                                 num_threads=num_threads)
     if on_load is not None:
         on_load(translator)
     assert translator.run_config is not None  # loaded from a run
@@ -149,15 +152,16 @@ def evaluate_run(
     device: str | None = None,
     on_load: Callable[[Translator], None] | None = None,
     trust_run_code: bool = False,
+    num_threads: int | None = None,
 ) -> RunEvaluation:
     """Score a run folder (or checkpoint file) on ``split``; write its hyps and eval json (names in
     ``attnmt.runs.folder``). ``beam`` / ``precision`` / ``device`` None = the run's ``search`` section;
     ``on_load`` sees the translator once it is loaded (the CLI says where it runs); ``trust_run_code``
-    as for ``Translator.load``."""
+    and ``num_threads`` (None: the count follows the machine) as for ``Translator.load``."""
     if beam is not None:
         _check_beam(beam)
     path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load,
-                                                                trust_run_code)
+                                                                trust_run_code, num_threads)
     run_dir = path.parent
     beam = translator.search_config.beam if beam is None else beam
     result = evaluate_corpus(
@@ -261,11 +265,12 @@ def evaluate_beam_sizes(
     device: str | None = None,
     on_load: Callable[[Translator], None] | None = None,
     trust_run_code: bool = False,
+    num_threads: int | None = None,
 ) -> BeamEvaluation:
     """Perplexity once, then BLEU, chrF, lengths and decoding time per beam size; writes the hyps
     of every beam size and the table as ``beam-<split>.json`` and ``.md``."""
     path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load,
-                                                                trust_run_code)
+                                                                trust_run_code, num_threads)
     run_dir = path.parent
     ppl = corpus_perplexity(translator, corpus, max_tokens)
     results = compare_beam_sizes(translator, corpus, beams, batch_size=batch_size, progress=progress)

@@ -32,7 +32,7 @@ aligner (``attnmt.alignment.translator_attention``) and Hugging Face translators
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,16 +146,20 @@ def force_decode(
     log_probs: bool = False,
     specials: SpecialIds = ATTNMT_SPECIALS,
     progress: bool = False,
+    before_batch: Callable[[], object] | None = None,
 ) -> Iterator[tuple[int, ForcedReading]]:
     """``(k, reading)`` for every pair ``(sources[k], outputs[k])``, batch by batch (longest first).
 
     sources, outputs: complete rows of token ids (module docstring); every row needs at least one
     token. The model runs in eval mode under ``torch.inference_mode`` and gets its mode back.
+    ``before_batch`` is called before each batch runs (a translator's thread chooser).
     """
     device = next(model.parameters()).device
     plan = batch_plan(sources, outputs, max_tokens, caller="force_decode")
     for batch in batches_in_eval_mode(model, plan, sources, outputs, specials, device,
                                       "force-decoding" if progress else None):
+        if before_batch is not None:
+            before_batch()
         with torch.inference_mode():
             logits, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
             every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]

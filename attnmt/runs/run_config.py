@@ -440,6 +440,7 @@ OVERRIDE_KEYS = {
     "max_steps": ("training", "max_steps"),
     "max_minutes": ("training", "max_minutes"),
     "device": ("training", "device"),
+    "num_threads": ("training", "num_threads"),
 }
 
 

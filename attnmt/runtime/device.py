@@ -114,13 +114,15 @@ def memory_size(count: int) -> str:
     return f"{count / 2**20:.0f} MiB" if count >= 2**20 else f"{count / 2**10:.0f} KiB"
 
 
-def describe(device: torch.device, precision: str, tf32: bool = False) -> str:
-    """One line for stderr: ``device cuda:0 (NVIDIA H100), precision bf16, TF32 on``."""
+def describe(device: torch.device, precision: str, tf32: bool = False, threads: str | None = None) -> str:
+    """One line for stderr: ``device cuda:0 (NVIDIA H100), precision bf16, TF32 on``; on a CPU the
+    thread count, and with ``threads`` why (``attnmt.runtime.threads.ThreadPlan.reason``)."""
     name = str(device)
     if device.type == "cuda":
         name += f" ({torch.cuda.get_device_name(device)})"
     elif device.type == "cpu":
-        name += f" ({torch.get_num_threads()} threads)"
+        count = torch.get_num_threads()
+        name += f" ({count} thread{'s' if count != 1 else ''}{', ' + threads if threads else ''})"
     used = effective_precision(precision, device.type)
     shown = precision if used == precision else f"fp32 (not {precision}: this CPU has no {precision} arithmetic)"
     return f"device {name}, precision {shown}" + (", TF32 on" if tf32 else "")

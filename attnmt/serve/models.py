@@ -89,7 +89,8 @@ def load_models(runs: Sequence[str | Path], hf: Sequence[str] = (), checkpoint: 
     models: list[ServedModel] = []
     taken: set[str] = set()
     for run in runs:
-        translator = Translator.load(run, checkpoint, device=device, trust_run_code=trust_run_code)
+        translator = Translator.load(run, checkpoint, num_threads=1, device=device, trust_run_code=trust_run_code)
+        translator.thread_reason = "each model on a thread of its own (attnmt.serve.jobs)"
         name = _name_of(str(run), taken)
         taken.add(name)
         models.append(ServedModel(name, translator, str(run)))

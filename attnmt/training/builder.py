@@ -49,8 +49,9 @@ from attnmt.runtime.atomic_files import remove_stale_temporaries, write_text_ato
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.device import available_memory, describe, enable_tf32, memory_size, resolve_device
 from attnmt.runtime.precision import grad_scaler
+from attnmt.runtime.threads import ThreadChooser, thread_plan
 from attnmt.training.averaging import WeightAverage
-from attnmt.training.distributed import DistributedContext, training_threads
+from attnmt.training.distributed import DistributedContext
 from attnmt.training.optimizer import build_adam, load_adam_state
 from attnmt.training.randomness import restore_rng_state, seed_everything
 from attnmt.training.schedule import LearningRateSchedule, PlateauTracker
@@ -88,6 +89,7 @@ class TrainingParts:
     epoch_sums: RunningStatistics = field(default_factory=RunningStatistics)
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed: bool = False
+    threads: ThreadChooser | None = None  # the thread count follows the machine (attnmt.runtime.threads)
 
 
 def build_training(
@@ -132,7 +134,8 @@ def _build_training(
     if context.is_main and run_dir.is_dir():
         remove_stale_temporaries(run_dir)  # what a killed write left (rank 0 holds the folder's lock)
     context.barrier()  # every rank has looked at the folder before rank 0 writes into it
-    torch.set_num_threads(training_threads(training.num_threads, context.world_size))
+    plan = thread_plan(training.num_threads, "training.num_threads", context.world_size)
+    torch.set_num_threads(plan.threads)
     device = context.device if context.distributed else resolve_device(training.device)
     tf32 = enable_tf32(device)
 
@@ -201,7 +204,8 @@ def _build_training(
         f"{tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}; {count_parameters(model):,} parameters"
         + (f"; {context.world_size} processes" if context.distributed else "")
     )
-    say(describe(device, training.precision, tf32))
+    parts.threads = ThreadChooser(plan.threads) if plan.adaptive and device.type == "cpu" else None
+    say(describe(device, training.precision, tf32, threads=plan.reason))
     return parts
 
 

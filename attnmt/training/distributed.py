@@ -21,20 +21,18 @@ import torch
 import torch.distributed as dist
 
 from attnmt.runtime.device import local_rank, resolve_device
+from attnmt.runtime.threads import thread_plan
 
 __all__ = ["DistributedContext", "init_distributed", "training_threads"]
 
 
 def training_threads(configured: int | None, world_size: int) -> int:
-    """Torch threads per process: the config's ``num_threads``, else ``OMP_NUM_THREADS`` when the
-    user set it (so ``OMP_NUM_THREADS=1 attnmt train ...`` runs two trainings side by side on two
-    cores without oversubscribing them), else the cores shared out among the processes."""
-    if configured:
-        return configured
-    from_env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if from_env.isdigit() and int(from_env) > 0:
-        return int(from_env)
-    return max(1, (os.cpu_count() or 1) // world_size)
+    """Torch threads per process to start with: the config's ``num_threads``, else
+    ``OMP_NUM_THREADS`` when the user set it (so ``OMP_NUM_THREADS=1 attnmt train ...`` runs two
+    trainings side by side on two cores without oversubscribing them), else the cores available
+    shared out among the processes (``attnmt.runtime.threads.thread_plan``, which also says whether
+    the count may follow the machine)."""
+    return thread_plan(configured, "training.num_threads", world_size).threads
 
 
 @dataclass

@@ -142,6 +142,8 @@ class Trainer:
         allocator = keep_freed_memory()
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
                                             self.trust_run_code, self.named_attention)
+        if parts.threads is not None:
+            parts.threads.on_change = lambda threads, reason: self._say(f"step {parts.progress.step}: now {reason}")
         self._say(allocator.describe())
         if self.config.training.tensorboard and self.context.is_main:
             self._tensorboard = TensorBoardLog(self.run_dir)
@@ -225,6 +227,8 @@ class Trainer:
         progress.stop_reason = self._limit_reached()
         if progress.stop_reason is not None:
             return
+        if parts.threads is not None:
+            parts.threads.before()
         started = time.perf_counter()
         parts.optimizer.zero_grad(set_to_none=True)
         parts.schedule.set_step(progress.step + 1, self._budget_spent())
@@ -416,6 +420,7 @@ class Trainer:
             "device": str(parts.device),
             "precision": effective_precision(self.config.training.precision, parts.device.type),  # what ran
             "tf32": parts.tf32,
+            "threads": torch.get_num_threads(),
             **({"resident_gib": round(resident / 2**30, 3)} if resident is not None else {}),
         }
         self._record(record)

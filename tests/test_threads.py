@@ -1,0 +1,81 @@
+"""The thread count follows the machine (attnmt.runtime.threads): a fixed count is never changed,
+and the chooser uses the cores the other running threads leave free, once that has held for a few
+units of work. The load here is made up, so the choices are exact."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from attnmt.runtime.threads import HOLD, ThreadChooser, available_cores, others_running, thread_plan
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def counts(loads: list[int | None], most: int = 2) -> tuple[list[int], list[str]]:
+    """The thread count used for each unit of work when the other running threads are ``loads``."""
+    changes: list[str] = []
+    readings = iter(loads)
+    torch.set_num_threads(most)
+    chooser = ThreadChooser(most, on_change=lambda threads, reason: changes.append(reason),
+                            read_others=lambda: next(readings))
+    return [chooser.before() for _ in loads], changes
+
+
+def test_the_cores_others_leave_free_once_that_has_held():
+    used, changes = counts([0] * 5 + [1] * 8 + [2] * 4 + [0] * 6)
+    assert used[:5] == [2] * 5  # idle: every core
+    assert used[5:5 + HOLD - 1] == [2] * (HOLD - 1) and used[5 + HOLD - 1:13] == [1] * (8 - HOLD + 1)
+    assert used[13:17] == [1] * 4  # two busy neighbours: still one thread, never fewer
+    assert used[-1] == 2 and changes[0].startswith("1 thread (1 other running thread")
+
+
+def test_a_passing_process_does_not_make_the_count_flap():
+    used, changes = counts([0, 1, 0, 1, 0, 0, 1, 1, 0, 2, 0])
+    assert set(used) == {2} and not changes
+
+
+def test_where_the_load_cannot_be_read_every_core_is_used():
+    used, _ = counts([None] * 4, most=4)
+    assert used == [4] * 4
+
+
+def test_a_busy_neighbour_is_seen_and_this_process_is_not_counted():
+    if others_running() is None:
+        pytest.skip("no /proc/stat here: the count stays fixed")
+    torch.set_num_threads(2)
+    x = torch.randn(256, 256)
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started and looping
+        readings = []
+        for _ in range(10):
+            x @ x  # this process's own threads run between the readings: they are not others
+            readings.append(others_running())
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert min(readings) >= 1, readings  # a busy loop is always running or ready to run
+
+
+def test_a_fixed_count_never_changes_and_says_where_it_came_from(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert thread_plan(3, "--threads").reason == "--threads 3" and not thread_plan(3).adaptive
+    assert thread_plan(2, "training.num_threads").reason == "training.num_threads=2"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    plan = thread_plan(None)
+    assert plan.threads == 1 and not plan.adaptive and plan.reason == "OMP_NUM_THREADS=1"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    plan = thread_plan(None)
+    assert plan.threads == available_cores()
+    assert plan.adaptive == (available_cores() > 1 and others_running() is not None)
+    assert not thread_plan(None, processes=2).adaptive  # processes under torchrun share the cores, fixed
