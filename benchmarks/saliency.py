@@ -9,6 +9,13 @@ input, SmoothGrad (10 samples) and integrated gradients (50 steps), at attnmt's 
 attention and gradient × input also read the whole test set (1,000 sentences), where batches fill
 better. Seconds per 1,000 sentences = the wall time × 1000 / the sentences read. Prints a table;
 writes benchmarks/results/saliency.json.
+
+How complete are integrated gradients on a trained run? With ``--completeness`` the script instead
+measures, on the run's first --sentences greedy translations, each pair's gap
+max_t |Σ_s a[t, s] − (f_t(e) − f_t(0))| / max_t |f_t(e) − f_t(0)| at 50 steps (the default) and at
+200, and writes the quantiles to ``--output``:
+
+    python benchmarks/saliency.py RUN --completeness --sentences 100 --output benchmarks/results/ig_completeness.json
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from portable import portable
 
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
-from attnmt.models.saliency import SaliencyOptions
+from attnmt.models.saliency import SaliencyOptions, source_embedding
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -38,7 +46,11 @@ def main() -> int:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--sentences", type=int, default=200, help="sentences every method reads (default 200)")
     parser.add_argument("--output", type=Path, default=PROJECT / "benchmarks" / "results" / "saliency.json")
+    parser.add_argument("--completeness", action="store_true",
+                        help="measure integrated gradients' completeness gap instead of the time")
     args = parser.parse_args()
+    if args.completeness:
+        return completeness(args)
 
     translator = Translator.load(args.run)
     assert translator.run_config is not None
@@ -80,6 +92,57 @@ def main() -> int:
     report = {"benchmark": "saliency", "run": portable(str(args.run)), "split": args.split,
               "model": translator.describe(), "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
               "output_pieces_first": output_pieces, "readings": results}
+    write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def log_probabilities_at(translator: Translator, sources, outputs, zero_source: bool) -> list[np.ndarray]:
+    """f_t for every output position of each pair, with the source embeddings as they are or all 0."""
+    table = source_embedding(translator.model)
+    calls: list[int] = []
+
+    def zero(module, inputs, output):
+        calls.append(1)
+        return torch.zeros_like(output) if len(calls) == 1 else None  # the source side's call only
+
+    scores: list[np.ndarray] = [np.empty(0)] * len(sources)
+    for index in range(len(sources)):  # one pair a call: the hook knows which call is the source's
+        calls.clear()
+        handle = table.register_forward_hook(zero) if zero_source else None
+        try:
+            for _, reading in translator.force_decode([sources[index]], [outputs[index]], log_probs=True):
+                scores[index] = reading.log_probs.astype(np.float64)
+        finally:
+            if handle is not None:
+                handle.remove()
+    return scores
+
+
+def completeness(args: argparse.Namespace) -> int:
+    """Integrated gradients' completeness gap on the run's own translations (module docstring)."""
+    translator = Translator.load(args.run)
+    assert translator.run_config is not None
+    sources_text = load_split(translator.run_config.data, args.split).src[: args.sentences]
+    translations = translator.translate(sources_text, beam=1)
+    src_tok, tgt_tok = translator.tokenizers.src, translator.tokenizers.tgt
+    sources = [[src_tok.piece_to_id(piece) for piece in t.src_pieces] for t in translations]
+    outputs = [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations]
+    at_e = log_probabilities_at(translator, sources, outputs, zero_source=False)
+    at_zero = log_probabilities_at(translator, sources, outputs, zero_source=True)
+    report: dict = {"benchmark": "integrated gradients' completeness", "run": portable(str(args.run)),
+                    "split": args.split, "sentences": len(translations), "model": translator.describe(), "steps": {}}
+    rows = []
+    for steps in (50, 200):
+        options = SaliencyOptions("integrated", steps=steps)
+        gaps = []
+        for index, scores in translator.saliency(sources, outputs, options):
+            difference = at_e[index] - at_zero[index]
+            gaps.append(float(np.abs(scores.sum(1) - difference).max() / (np.abs(difference).max() + 1e-12)))
+        quantiles = {"median": float(np.median(gaps)), "p90": float(np.quantile(gaps, 0.9)), "max": max(gaps)}
+        report["steps"][str(steps)] = quantiles
+        rows.append([steps, f"{quantiles['median']:.2e}", f"{quantiles['p90']:.2e}", f"{quantiles['max']:.2e}"])
+    print(format_table(["steps", "median gap", "90th percentile", "largest"], rows))
     write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.output}")
     return 0

@@ -37,6 +37,11 @@ def test_merge_spans_is_the_formula_and_keeps_rows_distributions(seed):
     assert merged.dtype == np.float64 and merged.shape == (len(out_spans), len(src_spans))
     np.testing.assert_allclose(merged, _by_the_formula(weights, src_spans, out_spans), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(merged.sum(axis=1), 1.0, atol=1e-6)
+    summed = merge_spans(weights, src_spans, out_spans, output_words="sum")  # saliency: a word's rows add up
+    sizes = np.array([stop - start for start, stop in out_spans], dtype=np.float64)
+    np.testing.assert_allclose(summed, merged * sizes[:, None], rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="output_words must be 'mean' or 'sum'"):
+        merge_spans(weights, src_spans, out_spans, output_words="max")
 
 
 def test_merge_subwords_takes_the_words_from_the_markers():

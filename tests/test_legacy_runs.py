@@ -110,3 +110,45 @@ def test_relative_data_paths_in_the_run_config_start_at_the_run_folder(legacy_ru
                      "--device", "cpu"]) == 0
     records = [json.loads(line) for line in (legacy_run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert_records_match(comparable([r for r in records if r["type"] != "summary"]), EXPECTED["rnn"]["resumed_records"])
+
+
+def _forget_gaussian(run: Path) -> None:
+    """Make ``run`` look saved before local-m followed the paper: no ``gaussian`` in its config.yaml
+    nor in its checkpoints (what attnmt wrote then)."""
+    import torch
+    import yaml
+
+    from attnmt.runs.checkpoint import save_checkpoint
+
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    del config["model"]["attention_options"]["gaussian"]
+    (run / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    for name in ("best.pt", "last.pt"):
+        state = torch.load(run / name, weights_only=True)
+        del state["config"]["model"]["attention_options"]["gaussian"]
+        save_checkpoint(state, run / name)
+
+
+def test_a_local_m_run_saved_before_the_paper_form_translates_exactly_as_before(tmp_path):
+    from attnmt.decoding.translator import Translator
+
+    from helpers import run_trainer, tiny_rnn_config, tiny_run_config
+
+    config = tiny_run_config(tmp_path, max_steps=12)
+    config["model"] = tiny_rnn_config(attention="local-m", attention_options={"window": 2, "gaussian": True})
+    run_trainer(tmp_path, config)
+    run = tmp_path / "run"
+    sentences = ["Der Hund sieht die Katze.", "Ein Mann läuft."]
+    before = Translator.load(run).translate(sentences, beam=3, return_attention=True)
+    _forget_gaussian(run)
+    old = Translator.load(run)
+    assert old.model.attention.gaussian and old.run_config.model.attention_options["gaussian"] is True
+    after = old.translate(sentences, beam=3, return_attention=True)
+    for a, b in zip(before, after):
+        assert a.output == b.output and a.score == b.score and np.array_equal(a.attention, b.attention)
+    assert cli_main(["train", "--out", str(run), "--resume", "--max-steps", "14", "--no-progress"]) == 0
+
+    config["model"]["attention_options"] = {"window": 2}  # a new local-m run: the paper's form, recorded
+    run_trainer(tmp_path, config, out="new")
+    assert "gaussian: false" in (tmp_path / "new" / "config.yaml").read_text(encoding="utf-8")
+    assert not Translator.load(tmp_path / "new").model.attention.gaussian

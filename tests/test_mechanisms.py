@@ -20,9 +20,9 @@ OPTIONS = {"scaled_dot": {"kq_dim": 7}, "additive": {"attention_dim": 4}, "multi
            "local-m": {"window": 2}, "local-p": {"window": 2}}
 
 
-def make(name: str, dtype=torch.float64):
+def make(name: str, dtype=torch.float64, **options):
     torch.manual_seed(0)
-    return build_attention(name, DQ, DK, DV, **OPTIONS.get(name, {})).to(dtype)
+    return build_attention(name, DQ, DK, DV, **{**OPTIONS.get(name, {}), **options}).to(dtype)
 
 
 def params(module) -> dict[str, np.ndarray]:
@@ -66,8 +66,8 @@ def reference_attention(name: str, module, query, keys, values, lengths, steps):
         s = split(q) @ split(k).transpose(0, 1, 3, 2) / np.sqrt(dh)  # [B, h, T, S]
         w = masked_reference_softmax(s, allowed[:, None])
         heads = (w @ split(v)).transpose(0, 2, 1, 3).reshape(B, T, h * dh)
-        context = heads @ p["output_proj.weight"].T + p["output_proj.bias"]
-        return np.where(lengths[:, None, None] > 0, context, 0.0), w.mean(axis=1)
+        context = heads @ p["output_proj.weight"].T + p["output_proj.bias"]  # an empty row: the bias
+        return context, w.mean(axis=1)
     else:  # pragma: no cover
         raise AssertionError(name)
     if name.startswith("local"):
@@ -78,7 +78,8 @@ def reference_attention(name: str, module, query, keys, values, lengths, steps):
             centre = lengths[:, None] / (1.0 + np.exp(-gate))
         distance = np.arange(S)[None, None, :] - centre[:, :, None]
         sigma = module.window / 2.0
-        scores = scores - distance**2 / (2 * sigma**2)
+        if module.gaussian:  # local-p, and local-m as runs trained before 0.2 had it
+            scores = scores - distance**2 / (2 * sigma**2)
         allowed &= np.abs(distance) <= module.window
     weights = masked_reference_softmax(scores, allowed)
     return weights @ values_out, weights
@@ -133,8 +134,9 @@ def test_weights_are_a_distribution_over_allowed_keys(name):
     sums = weights.sum(-1)
     expected = torch.zeros(4, 5) if name == "none" else (lengths > 0).float()[:, None].expand(4, 5)
     torch.testing.assert_close(sums, expected)
-    # the sentence with nothing to attend to has a zero context
-    assert (context[3] == 0).all()
+    # the sentence with nothing to attend to: a zero weighted sum, then multihead's output projection
+    empty = module.output_proj.bias.detach().expand(5, DV) if name == "multihead" else torch.zeros(5, DV)
+    assert torch.equal(context[3], empty)
 
 
 @pytest.mark.parametrize("name", POSITION_FREE)
@@ -165,11 +167,15 @@ def test_one_step_at_a_time_equals_all_steps_at_once(name):
 
 def test_local_m_centres_its_window_on_the_decoding_step():
     module = make("local-m")
-    keys = torch.zeros(1, 12, DK, dtype=torch.float64)  # equal scores: only the window and Gaussian act
+    keys = torch.zeros(1, 12, DK, dtype=torch.float64)  # equal scores: only the window acts
     prepared = module.prepare(keys, torch.randn(1, 12, DV, dtype=torch.float64))
     _, weights = module.attend(torch.randn(1, DQ, dtype=torch.float64), prepared, step=6)
-    assert weights.argmax().item() == 6
+    torch.testing.assert_close(weights[0, 4:9], torch.full((5,), 0.2, dtype=torch.float64))  # Eq. (7), no Gaussian
     assert (weights[0, :4] == 0).all() and (weights[0, 9:] == 0).all()  # window half-width 2
+    _, gaussian = make("local-m", gaussian=True).attend(torch.randn(1, DQ, dtype=torch.float64),
+                                                        make("local-m", gaussian=True).prepare(keys, prepared.values),
+                                                        step=6)
+    assert gaussian.argmax().item() == 6 and (gaussian[0, :4] == 0).all()  # the form of runs saved before 0.2
 
 
 def test_prepared_keys_index_select_reorders_rows():

@@ -109,7 +109,8 @@ def test_single_head_models_have_no_per_head_matrices(tiny_run):
 
 def test_view_with_saliency_shows_it_merged_into_words_with_each_rows_agreement(tiny_run, capsys):
     """--saliency: each example carries the translator's saliency of its output, merged into words
-    like the attention, the agreement of every word's row, and the example's mean in its badges."""
+    (an output word's pieces summed, as its log-probability is their sum), the agreement of every
+    word's row, and the example's mean in its badges."""
     from attnmt.evaluation.agreement import row_agreement
 
     _, run = tiny_run
@@ -120,7 +121,8 @@ def test_view_with_saliency_shows_it_merged_into_words_with_each_rows_agreement(
     translations = translator.translate([example["source"] for example in data], return_attention=True)
     scores = translator.read_saliency(translations)
     for example, translation, matrix in zip(data, translations, scores):
-        merged, src_words, out_words = merge_subwords(matrix, translation.src_pieces, translation.out_pieces)
+        merged, src_words, out_words = merge_subwords(matrix, translation.src_pieces, translation.out_pieces,
+                                                      output_words="sum")
         assert (example["src"], example["out"]) == (src_words, out_words)
         np.testing.assert_allclose(example["saliency"], merged, atol=1e-4)
         assert example["saliency_method"] == "gradient × input"

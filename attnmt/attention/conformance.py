@@ -5,7 +5,8 @@ mask with True = may attend) and gives pass or fail with a counterexample (which
 
     shapes        context [B, Dv] (output_dim) and weights [B, S], in the inputs' dtype
     weights       α ≥ 0, Σ_s α_s = 1 over the allowed positions, α = 0 exactly where the mask is False
-    empty row     a row with no allowed position: weights and context 0 (finite for the Transformer)
+    empty row     a row with no allowed position: weights 0, and a context that does not depend on
+                  the row's query, keys or values (0, or an output projection's bias)
     large inputs  queries and keys × 1e4: everything finite, the weights still a distribution
     batch         a sentence's result is the same alone as inside its batch
     padding       ... and the same with extra padding positions after it (their weights 0)
@@ -109,7 +110,6 @@ class Subject:
         self.spec, self.model, self.dims, self.heads, self.options = spec, model, dims, heads, options
         self.module = self.build(dims)
         self.form = "transformer score" if model == "transformer" else contract_form(self._user_part(self.module))
-        self.context_zero_when_empty = model == "rnn"
 
     def _user_part(self, module: nn.Module) -> nn.Module:
         return getattr(module, "module", module)
@@ -244,9 +244,15 @@ def _empty_row(subject: Subject, generator: torch.Generator) -> str:
     if (weights[0] != 0).any():
         raise Failure(f"row 0 has no allowed position, yet its weights are "
                       f"{weights[0].detach().flatten()[:5].tolist()}")
-    if subject.context_zero_when_empty and (context[0] != 0).any():
-        raise Failure(f"row 0 has no allowed position, yet its context is "
-                      f"{context[0].detach().flatten()[:4].tolist()}, not 0")
+    other = subject.inputs(3, 5, generator, lengths=[0, 5, 3])  # row 0's query, keys and values drawn again
+    query, keys, values = (torch.cat([new[:1], old[1:]]) for new, old in
+                           zip((other.query, other.keys, other.values), (x.query, x.keys, x.values)))
+    changed = Inputs(query, keys, values, x.mask)
+    again, _ = subject.call(subject.module, changed)
+    if not torch.allclose(again[0], context[0], rtol=0.0, atol=1e-6):
+        before, after = (c[0].detach().flatten()[:4].tolist() for c in (context, again))
+        raise Failure(f"row 0 has no allowed position, yet its context moves with its query, keys or values "
+                      f"({before} becomes {after}); it must be 0, or a constant such as an output projection's bias")
     _check_distribution(weights, x.mask, TOLERANCE)
     return ""
 

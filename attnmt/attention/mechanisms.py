@@ -21,7 +21,9 @@ behind one interface::
 depends only on the keys (their projections), so a decoding step costs O(S·d) instead of O(S·d²).
 
 ``attnmt.attention.registry`` makes one by name (``build_attention``), built-in or a user's own.
-A row of ``mask`` with no True entry gives zero weights and a zero context.
+A row of ``mask`` with no True entry gives zero weights and a zero weighted sum of the values:
+the context is 0, or, for ``multihead``, whose output projection follows the sum, that
+projection's bias.
 """
 
 from __future__ import annotations
@@ -244,6 +246,8 @@ class ScaledDotAttention(Attention):
 
         q = W_q h + b_q,  k_s = W_k h̄_s + b_k,  v_s = h̄_s,   e_s = q·k_s / √kq_dim
 
+    Eq. (1) of the paper for one query and one head; the biases b_q and b_k are attnmt's.
+
     h: [B, Dq], h̄: [B, S, Dk]; W_q: [kq_dim, Dq], W_k: [kq_dim, Dk]; the keys are projected once
     per sentence in ``prepare``.
     """
@@ -282,7 +286,9 @@ class AdditiveAttention(Attention):
         e_s = vᵀ tanh(W_q h + W_k h̄_s + b)
 
     W_q: [A, Dq], W_k: [A, Dk], v: [A], A = ``attention_dim`` (default Dq). ``prepare``
-    computes W_k h̄_s + b once per sentence; a step then costs O(S·A).
+    computes W_k h̄_s + b once per sentence; a step then costs O(S·A). The bias b is attnmt's:
+    Bahdanau's vᵀ tanh(W s + U h) (Appendix A.1.2) and Luong's v_aᵀ tanh(W_a [h; h̄]) (Eq. 8) have
+    none, and Luong's W_a [h; h̄] is W_q h + W_k h̄ with W_a split in two.
     """
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None, attention_dim: int | None = None):
@@ -302,16 +308,26 @@ class AdditiveAttention(Attention):
 
 
 class LocalAttention(GeneralAttention):
-    """``local-m`` and ``local-p`` (Luong et al. 2015, §3.2): attend within a window around p_t.
+    """``local-m`` and ``local-p`` (Luong et al. 2015, §3.2): attend within a window [p_t − D, p_t + D].
 
-        e_s = hᵀ W_a h̄_s                               (the ``general`` score)
-        α_s ∝ exp(e_s − (s − p_t)² / (2σ²)),  σ = D/2,  for |s − p_t| ≤ D and s < S_b, else 0
+        e_s = hᵀ W_a h̄_s                              (the ``general`` score, Eq. 8)
+        local-m:  p_t = min(t, S_b − 1)
+                  α_s = exp(e_s) / Σ_{s' in window} exp(e_s')              (Eq. 7 inside the window)
+        local-p:  p_t = S_b · sigmoid(v_pᵀ tanh(W_p h_t))                  (Eq. 9)
+                  α_s ∝ exp(e_s − (s − p_t)² / (2σ²)),  σ = D/2            (Eq. 10, renormalised)
 
-    ``local-m`` (monotonic): p_t = t, the decoding step, clamped to the last source position.
-    ``local-p`` (predictive): p_t = S_b · sigmoid(v_pᵀ tanh(W_p h_t)), learnt; the Gaussian term
-    carries its gradient. Luong multiplies the softmax by the Gaussian and leaves the weights
-    unnormalised; adding its logarithm to the scores instead keeps them a distribution (they sum
-    to 1 like every other mechanism here), with the same shape inside the window.
+    for s in the window and s < S_b, else α_s = 0. Positions count from 0: t is the decoding step
+    (0 for the first output token) and s the source position, so local-m's window is centred on
+    the source word of the same index, and a target longer than its source keeps the window on the
+    last source word (attnmt's choice; the paper does not say). local-p's p_t lies in (0, S_b): its
+    window can reach one past the last word but the first word only at its edge. The Gaussian term
+    carries p_t's gradient. Luong multiplies the window's softmax by the Gaussian and leaves the
+    weights unnormalised; attnmt adds the Gaussian's logarithm to the scores before the softmax
+    instead, so the weights sum to 1 like every other mechanism's, with the same shape inside the
+    window.
+
+    ``gaussian=True`` gives local-m the Gaussian as well: the form attnmt's ``local-m`` had before
+    it followed the paper, which runs trained with it record (``attnmt.runs.run_config``).
     """
 
     def __init__(
@@ -322,13 +338,20 @@ class LocalAttention(GeneralAttention):
         window: int = 5,
         predictive: bool = False,
         position_dim: int | None = None,
+        gaussian: bool | None = None,
     ):
         super().__init__(query_dim, key_dim, value_dim)
         if window < 1:
             raise ValueError(f"local attention: window (half-width D) must be >= 1, got {window}")
+        if predictive and gaussian is False:
+            raise ValueError("local-p: gaussian=False is not an option (its learnt position gets its gradient "
+                             "through the Gaussian)")
+        if not isinstance(gaussian, (bool, type(None))):
+            raise ValueError(f"local attention: gaussian must be true or false, got {gaussian!r}")
         self.window = window
         self.sigma = window / 2.0
         self.predictive = predictive
+        self.gaussian = predictive or bool(gaussian)
         if predictive:
             position_dim = position_dim or query_dim
             self.position_proj = nn.Linear(query_dim, position_dim, bias=False)
@@ -347,11 +370,12 @@ class LocalAttention(GeneralAttention):
         source_positions = torch.arange(scores.shape[-1], device=scores.device, dtype=scores.dtype)
         distance = source_positions - centre  # [B, T, S]
         in_window = (distance.abs() <= self.window) & prepared.mask.unsqueeze(1)
-        log_gaussian = -(distance**2) / (2.0 * self.sigma**2)
-        return masked_softmax(scores + log_gaussian, in_window, dim=-1)
+        if self.gaussian:
+            scores = scores - distance**2 / (2.0 * self.sigma**2)
+        return masked_softmax(scores, in_window, dim=-1)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, window={self.window}, predictive={self.predictive}"
+        return f"{super().extra_repr()}, window={self.window}, predictive={self.predictive}, gaussian={self.gaussian}"
 
 
 class MultiHeadSingleQueryAttention(Attention):
@@ -361,7 +385,9 @@ class MultiHeadSingleQueryAttention(Attention):
         v_{i,s} = W_i^V h̄_s,   context = W^O [head_1; …; head_h]
 
     d_h = model_dim / h with ``model_dim`` (default query_dim) divisible by ``num_heads`` (default 4).
-    The context has output_dim = value_dim; it is 0 for a row with nothing to attend to.
+    The context has output_dim = value_dim. A row with nothing to attend to has zero weights and
+    zero heads, so its context is W^O·0 + b^O = b^O, as in ``MultiHeadAttention`` (the rule of
+    docs/mechanisms.md, "A row with nothing to attend to").
     ``weights`` are averaged over heads;
     ``attend_heads`` returns them per head, [B, h, S] or [B, h, T, S].
     """
@@ -405,8 +431,6 @@ class MultiHeadSingleQueryAttention(Attention):
         weights = masked_softmax(scores, prepared.mask[:, None, None, :], dim=-1)
         heads = torch.matmul(weights, prepared.values)  # [B, h, T, d_h]
         context = self.output_proj(heads.transpose(1, 2).reshape(query.shape[0], query.shape[1], -1))
-        # The output bias would make a sentence with nothing to attend to non-zero.
-        context = context.masked_fill((prepared.lengths == 0)[:, None, None], 0.0)
         if single:
             return context.squeeze(1), weights.squeeze(2)
         return context, weights

@@ -63,8 +63,8 @@ def add_saliency_options(parser: Options, what: str) -> None:
     parser.add_argument("--saliency-samples", type=int, default=SALIENCY_SAMPLES, metavar="N",
                         help=f"SmoothGrad's noisy copies (default {SALIENCY_SAMPLES})")
     parser.add_argument("--saliency-noise", type=float, default=SALIENCY_NOISE, metavar="SIGMA",
-                        help="SmoothGrad's noise, a share of the embeddings' standard deviation "
-                             f"(default {SALIENCY_NOISE})")
+                        help="SmoothGrad's noise σ, a share of the range of each sentence's source "
+                             f"embeddings (default {SALIENCY_NOISE}: 15%%)")
     parser.add_argument("--saliency-steps", type=int, default=SALIENCY_STEPS, metavar="M",
                         help=f"integrated gradients' steps from the zero embedding (default {SALIENCY_STEPS})")
 

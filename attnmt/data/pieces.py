@@ -146,11 +146,13 @@ def merge_subwords(
     src_pieces: Sequence[str],
     out_pieces: Sequence[str],
     marker: str = SPIECE_MARKER,
+    output_words: str = "mean",
 ) -> tuple[np.ndarray, list[str], list[str]]:
     """An attention matrix over pieces, ``weights [T, S]`` (rows: output pieces), as one over the
     words ``group_pieces`` finds: ``(word_weights [T', S'], src_words [S'], out_words [T'])``, by
     the rule of the module docstring (``merge_spans``). Row i sums to the mean of its pieces'
-    row sums (1 when every piece's row sums to 1)."""
+    row sums (1 when every piece's row sums to 1). ``output_words="sum"`` sums an output word's
+    rows instead: the rule for saliency, since a word's log-probability is the sum of its pieces'."""
     matrix = as_matrix(weights)
     src_pieces = as_tokens(src_pieces, "src_pieces")
     out_pieces = as_tokens(out_pieces, "out_pieces")
@@ -158,7 +160,7 @@ def merge_subwords(
     src_groups = group_pieces(src_pieces, marker)
     out_groups = group_pieces(out_pieces, marker)
     merged = merge_spans(matrix, [(start, stop) for _, start, stop in src_groups],
-                         [(start, stop) for _, start, stop in out_groups])
+                         [(start, stop) for _, start, stop in out_groups], output_words)
     return merged, [word for word, _, _ in src_groups], [word for word, _, _ in out_groups]
 
 
@@ -209,10 +211,13 @@ def _span_starts(spans: Sequence[Span], length: int, name: str) -> np.ndarray:
 
 
 @renamed_parameters(tgt_spans="out_spans")
-def merge_spans(weights: Any, src_spans: Sequence[Span], out_spans: Sequence[Span]) -> np.ndarray:
+def merge_spans(weights: Any, src_spans: Sequence[Span], out_spans: Sequence[Span],
+                output_words: str = "mean") -> np.ndarray:
     """Piece weights ``[n, m]`` as word weights ``[T, S]`` (float64), the words given by their spans:
     ``W[i, j] = mean_{t ∈ Q(i)} sum_{s ∈ P(j)} weights[t, s]`` with P(j) = range(*src_spans[j]) and
-    Q(i) = range(*out_spans[i])."""
+    Q(i) = range(*out_spans[i]); with ``output_words="sum"``, sum_{t ∈ Q(i)} in place of the mean."""
+    if output_words not in ("mean", "sum"):
+        raise ValueError(f"merge_spans: output_words must be 'mean' or 'sum', got {output_words!r}")
     matrix = np.asarray(weights, dtype=np.float64)
     if matrix.ndim != 2:
         raise ValueError(f"merge_spans: weights must be [n, m], got shape {matrix.shape}")
@@ -221,5 +226,8 @@ def merge_spans(weights: Any, src_spans: Sequence[Span], out_spans: Sequence[Spa
     src_starts = _span_starts(src_spans, matrix.shape[1], "src_spans")
     out_starts = _span_starts(out_spans, matrix.shape[0], "out_spans")
     per_source_word = np.add.reduceat(matrix, src_starts, axis=1)  # [n, S]
+    summed = np.add.reduceat(per_source_word, out_starts, axis=0)  # [T, S]
+    if output_words == "sum":
+        return summed
     sizes = np.asarray([stop - start for start, stop in out_spans], dtype=np.float64)
-    return np.add.reduceat(per_source_word, out_starts, axis=0) / sizes[:, None]  # [T, S]
+    return summed / sizes[:, None]

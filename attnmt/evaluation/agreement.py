@@ -86,7 +86,7 @@ def translation_agreement(attention: np.ndarray, saliency: np.ndarray, translati
     ``saliency`` [T, S] (``read_saliency``) over pieces, merged into words, "</s>" left out."""
     matrix = np.asarray(attention, dtype=np.float64)[-1].mean(axis=0)
     words, src_words, out_words = merge_subwords(matrix, translation.src_pieces, translation.out_pieces)
-    scores = merge_subwords(saliency, translation.src_pieces, translation.out_pieces)[0]
+    scores = merge_subwords(saliency, translation.src_pieces, translation.out_pieces, output_words="sum")[0]
     return row_agreement(_without_end(words, src_words, out_words), _without_end(scores, src_words, out_words))
 
 

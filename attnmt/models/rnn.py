@@ -207,6 +207,10 @@ class RNNConfig:
             raise ConfigError(
                 f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
             )
+        if self.attention == "local-m" and "gaussian" not in self.attention_options:
+            # recorded, because a run saved before the option records nothing and had the Gaussian
+            # (attnmt.runs.run_config.SAVED_BEFORE_ATTENTION_OPTIONS)
+            self.attention_options = {**self.attention_options, "gaussian": False}
         if not is_builtin(self.attention):
             return  # a user's mechanism: its code is imported when the model is built, not to read a config
         # Build the mechanism on the meta device: checks its options and sizes (e.g. dot needs

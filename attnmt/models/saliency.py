@@ -10,15 +10,21 @@ output of the model's source embedding table, before any scale or positions the 
 
 The saliency of source token s for output token t, by each method:
 
-    gradient      a[t, s] = ∇_{e_s} f_t(e) · e_s                                  (gradient × input)
-    smoothgrad    a[t, s] = (1/n) Σ_k ∇_{e_s} f_t(e + ε_k) · e_s,   ε_k ~ N(0, (σ · std e)² I)
+    gradient      a[t, s] = ∇_{e_s} f_t(e) · e_s                          (gradient × input)
+    smoothgrad    a[t, s] = (1/n) Σ_k ∇_{e_s} f_t(ẽ_k) · ẽ_{k,s},  ẽ_k = e + ε_k,  ε_k ~ N(0, σ² I)
     integrated    a[t, s] = e_s · (1/m) Σ_k ∇_{e_s} f_t(α_k e),     α_k = (k − ½) / m,  k = 1 … m
 
-SmoothGrad (Smilkov et al., 2017) averages the gradient over n noisy copies of the embeddings, σ a
-share of their standard deviation. Integrated gradients (Sundararajan et al., 2017) run from the
-all-zero embedding to e, by the midpoint rule; they are complete, Σ_s a[t, s] ≈ f_t(e) − f_t(0),
-the error shrinking as m grows. Scores can be negative: a source token can make an output token
-less likely.
+Gradient × input is Simonyan et al. (2014)'s gradient taken times the input. SmoothGrad (Smilkov
+et al., 2017) averages over n noisy copies of the pair's embeddings; here it smooths gradient ×
+input, so each copy's gradient is multiplied by that copy (as Captum's
+``NoiseTunnel(InputXGradient)``). σ is ``noise`` times the range of the pair's own source
+embeddings (max − min over every component of its real tokens), the paper's "noise level", which it
+recommends at 10–20%; the default is 15%. Each pair draws its noise from its own generator seeded
+with ``seed`` (standard normal draws in float64, [S_pair, E] per copy), so its SmoothGrad is the
+same alone and in any batch. Integrated gradients
+(Sundararajan et al., 2017) run from the all-zero embedding to e, by the midpoint rule; they are
+complete, Σ_s a[t, s] ≈ f_t(e) − f_t(0), the error shrinking as m grows (docs/saliency.md gives
+it on trained runs). Scores can be negative: a source token can make an output token less likely.
 
 For one pair, with complete rows of token ids as the read-out takes them::
 
@@ -136,27 +142,35 @@ class _SourceProbe:
             return None
         point, self._point = self._point, None
         self.embeddings = output.detach()
-        self.leaf = point(self.embeddings.float()).to(output.dtype).detach().requires_grad_(True)
+        at_least_float32 = self.embeddings if self.embeddings.dtype == torch.float64 else self.embeddings.float()
+        self.leaf = point(at_least_float32).to(output.dtype).detach().requires_grad_(True)
         return self.leaf
 
     def close(self) -> None:
         self._handle.remove()
 
 
-def _points(method: str, samples: int, noise: float, steps: int,
-            generator: torch.Generator) -> list[Callable[[torch.Tensor], torch.Tensor]]:
-    """The points where the gradient is taken, each a function of e (module docstring)."""
+def _points(method: str, batch: ForcedBatch, sources: Sequence[Sequence[int]], samples: int, noise: float,
+            steps: int, seed: int) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    """The points where the gradient is taken, each a function of the batch's embeddings e
+    [B, S, E] (module docstring)."""
     if method == "gradient":
         return [lambda e: e]
     if method == "integrated":
         def scaled(alpha: float) -> Callable[[torch.Tensor], torch.Tensor]:
             return lambda e: alpha * e
         return [scaled((k - 0.5) / steps) for k in range(1, steps + 1)]
+    lengths = [len(sources[k]) for k in batch.pairs]
+    generators = [torch.Generator().manual_seed(seed) for _ in batch.pairs]  # one per pair: batch-free draws
 
     def noisy(e: torch.Tensor) -> torch.Tensor:
-        scale = noise * float(e.std()) if e.numel() > 1 else noise
-        drawn = torch.randn(e.shape, generator=generator, dtype=e.dtype, device="cpu").to(e.device)
-        return e + scale * drawn
+        drawn = torch.zeros(e.shape, dtype=e.dtype)
+        for row, (length, generator) in enumerate(zip(lengths, generators)):
+            own = e[row, :length]
+            sigma = noise * float(own.max() - own.min()) if own.numel() > 1 else noise
+            standard = torch.randn(length, e.shape[-1], generator=generator, dtype=torch.float64)
+            drawn[row, :length] = (sigma * standard).to(e.dtype)
+        return e + drawn.to(e.device)
     return [noisy] * samples
 
 
@@ -200,16 +214,15 @@ def saliency(
             raise ConfigError(f"max_tokens={max_tokens}: saliency of a batch needs about {needed / 2**20:,.0f} MiB, "
                               f"more than half of the {available / 2**20:,.0f} MiB free on {device}; "
                               "use a smaller max_tokens")
-    generator = torch.Generator().manual_seed(seed)
-    points = _points(method, samples, noise, steps, generator)
     probe = _SourceProbe(table)
     try:
         for batch in batches_in_eval_mode(model, plan, sources, outputs, specials, device,
                                           f"saliency ({method})" if progress else None):
             real = _real_outputs(batch, outputs)
             total = torch.zeros(*batch.tgt_in.shape, batch.src.shape[1], dtype=torch.float64)
+            points = _points(method, batch, sources, samples, noise, steps, seed)
             for point in points:
-                total += _gradient_times_input(model, probe, point, batch, real)
+                total += _gradient_times_input(model, probe, point, batch, real, times_point=method == "smoothgrad")
             total /= len(points)
             for row, k in enumerate(batch.pairs):
                 yield k, total[row, : len(outputs[k]), : len(sources[k])].numpy().astype(np.float32)
@@ -222,8 +235,10 @@ def _real_outputs(batch: ForcedBatch, outputs: Sequence[Sequence[int]]) -> torch
     return (torch.arange(batch.targets.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).to(batch.targets.device)
 
 
-def _gradient_times_input(model, probe: _SourceProbe, point, batch: ForcedBatch, real: torch.Tensor) -> torch.Tensor:
-    """∇_{e_s} f_t(point(e)) · e_s for every pair, output position t and source position s: [B, T, S]."""
+def _gradient_times_input(model, probe: _SourceProbe, point, batch: ForcedBatch, real: torch.Tensor,
+                          times_point: bool = False) -> torch.Tensor:
+    """∇_{e_s} f_t(point(e)) · e_s (or · point(e)_s with ``times_point``) for every pair, output
+    position t and source position s: [B, T, S]."""
     probe.arm(point)
     # cuDNN's recurrent kernels have no backward pass in eval mode, which saliency needs (no dropout):
     # with cuDNN off, an LSTM or GRU on CUDA runs PyTorch's own kernels, which have one.
@@ -233,11 +248,12 @@ def _gradient_times_input(model, probe: _SourceProbe, point, batch: ForcedBatch,
             raise RuntimeError("saliency: the model never called its source embedding table")
         scores = log_probabilities(logits).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
         scores = scores * real
-        embeddings = probe.embeddings.float()
+        embeddings = probe.leaf.detach() if times_point else probe.embeddings
+        embeddings = embeddings if embeddings.dtype == torch.float64 else embeddings.float()
         rows = []
         for t in range(scores.shape[1]):
             (gradient,) = torch.autograd.grad(scores[:, t].sum(), probe.leaf, retain_graph=t + 1 < scores.shape[1])
-            rows.append((gradient.float() * embeddings).sum(-1))  # [B, S]
+            rows.append((gradient.to(embeddings.dtype) * embeddings).sum(-1))  # [B, S]
     probe.leaf = probe.embeddings = None
     return torch.stack(rows, dim=1).double().cpu()
 

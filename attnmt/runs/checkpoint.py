@@ -41,6 +41,7 @@ from attnmt._version import __version__
 from attnmt.attention.registry import is_builtin
 from attnmt.attention.user import CodeRecord, UntrustedCodeError, is_user_name, load_user_class, resolve_recorded
 from attnmt.errors import CheckpointError
+from attnmt.runs.run_config import with_old_defaults
 from attnmt.runtime.atomic_files import atomic_writer
 
 FORMAT = "attnmt-checkpoint"
@@ -197,6 +198,7 @@ def load_checkpoint(
     if not isinstance(checkpoint["model"], dict) or not isinstance(checkpoint["tokenizers"], dict):
         raise CheckpointError(f"{path}: checkpoint's 'model' and 'tokenizers' entries must be dictionaries")
     _check_weights(checkpoint["model"], path)
+    checkpoint["config"] = with_old_defaults(config)  # as the run was trained (options added since)
     return checkpoint
 
 

@@ -35,7 +35,14 @@ import yaml
 
 from attnmt.attention.user import CodeRecord
 from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
-from attnmt.runs.run_config import DuplicateKeyError, RunConfig, yaml_error_line, yaml_load
+from attnmt.runs.run_config import (  # noqa: F401  (SAVED_BEFORE_OPTIONS: read from here too)
+    SAVED_BEFORE_OPTIONS,
+    DuplicateKeyError,
+    RunConfig,
+    with_old_defaults,
+    yaml_error_line,
+    yaml_load,
+)
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.checks import check_plain_name
 
@@ -213,20 +220,6 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
             setattr(saved.training, key, value)
     saved.training.validate()
     return saved
-
-
-#: training options added after runs were saved without them: the value such a run trained with,
-#: where it is not the option's default
-SAVED_BEFORE_OPTIONS = {"adam": "pytorch"}
-
-
-def with_old_defaults(saved_config: dict) -> dict:
-    """``saved_config`` with ``SAVED_BEFORE_OPTIONS`` filled in where its training section lacks them."""
-    training = saved_config.get("training") if isinstance(saved_config, dict) else None
-    if not isinstance(training, dict):
-        return saved_config  # not a run config: RunConfig.from_dict says what is wrong with it
-    missing = {key: value for key, value in SAVED_BEFORE_OPTIONS.items() if key not in training}
-    return {**saved_config, "training": {**training, **missing}} if missing else saved_config
 
 
 # ------------------------------------------------------------------------------- metrics.jsonl

@@ -54,8 +54,8 @@ from attnmt.runtime.choices import GUIDE_UNALIGNED
 from attnmt.runtime.device import check_device_name
 from attnmt.runtime.precision import check_precision
 
-__all__ = ["MAX_LEN_A", "MAX_LEN_B", "RunConfig", "SearchConfig", "TrainingConfig", "apply_overrides", "load_config",
-           "yaml_load"]
+__all__ = ["MAX_LEN_A", "MAX_LEN_B", "SAVED_BEFORE_OPTIONS", "RunConfig", "SearchConfig", "TrainingConfig",
+           "apply_overrides", "load_config", "with_old_defaults", "yaml_load"]
 
 SECTIONS = ("data", "model", "training", "search")
 LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine", "warmdown")
@@ -430,6 +430,35 @@ def _warn_of_old_names(values: Any, path: Path) -> None:
         if old in model:
             warnings.warn(f"{path}: model.{old} is called model.{new} since attnmt 0.2.0; the old name is read "
                           f"until 0.3", FutureWarning, stacklevel=3)
+
+
+#: training options added after runs were saved without them: the value such a run trained with,
+#: where it is not the option's default
+SAVED_BEFORE_OPTIONS = {"adam": "pytorch"}
+#: mechanism options added after runs were saved without them (RNN ``model.attention_options``):
+#: local-m weighed its window by a Gaussian before it followed Luong et al. (2015) to the letter
+SAVED_BEFORE_ATTENTION_OPTIONS: dict[str, dict[str, Any]] = {"local-m": {"gaussian": True}}
+
+
+def with_old_defaults(saved_config: Any) -> Any:
+    """A saved run config (a checkpoint's or ``config.yaml``) as the run was trained: the values of
+    ``SAVED_BEFORE_OPTIONS`` and ``SAVED_BEFORE_ATTENTION_OPTIONS`` filled in where it lacks them.
+    Anything that is not a run config is returned as it is (``RunConfig.from_dict`` reports it)."""
+    if not isinstance(saved_config, dict):
+        return saved_config
+    upgraded = dict(saved_config)
+    training = saved_config.get("training")
+    if isinstance(training, dict):
+        missing = {key: value for key, value in SAVED_BEFORE_OPTIONS.items() if key not in training}
+        upgraded["training"] = {**training, **missing}
+    model = saved_config.get("model")
+    if isinstance(model, dict) and model.get("type", "rnn") == "rnn" and isinstance(model.get("attention"), str):
+        options = model.get("attention_options", {})
+        saved_before = SAVED_BEFORE_ATTENTION_OPTIONS.get(model["attention"].strip().lower(), {})
+        if isinstance(options, dict):
+            absent = {key: value for key, value in saved_before.items() if key not in options}
+            upgraded["model"] = {**model, "attention_options": {**options, **absent}} if absent else model
+    return upgraded
 
 
 # command-line option name -> (section, key)

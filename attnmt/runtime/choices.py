@@ -31,5 +31,5 @@ PLOT_FORMATS = ("png", "svg", "pdf")
 #: gradient saliency methods and their default settings (see attnmt.models.saliency)
 SALIENCY_METHODS = ("gradient", "smoothgrad", "integrated")
 SALIENCY_SAMPLES = 10  # SmoothGrad's noisy copies
-SALIENCY_NOISE = 0.15  # SmoothGrad's σ, a share of the embeddings' standard deviation
+SALIENCY_NOISE = 0.15  # SmoothGrad's σ, a share of the range of the pair's source embeddings
 SALIENCY_STEPS = 50  # integrated gradients' points on the path (tests/test_saliency.py: completeness)

@@ -10,7 +10,8 @@ links of words that exist. A model is named by the name it was loaded under; not
 says is read as a path, a pickle or code.
 
 Matrices go to the page over words, as the viewer shows them: pieces merged by
-``attnmt.data.pieces.merge_subwords`` (a source word's pieces summed, an output word's averaged),
+``attnmt.data.pieces.merge_subwords`` (a source word's pieces summed, an output word's averaged
+for attention and summed for saliency),
 one per decoder layer and head ([L][h][T'][S']), plus ``search``, the matrix the search reports.
 """
 
@@ -233,7 +234,7 @@ class Views:
             translation = served.translator.translate([sentence], beam=beam, return_attention=True)[0]
             scores = served.translator.read_saliency([translation], options)[0]
             every_head = served.translator.read_attention([translation])[0]
-            merged = merge_subwords(scores, translation.src_pieces, translation.out_pieces)[0]
+            merged = merge_subwords(scores, translation.src_pieces, translation.out_pieces, output_words="sum")[0]
             correlations, same_top, _ = translation_agreement(every_head, scores, translation)
             agreement = float(np.mean(correlations)) if correlations else None
             return {"model": served.name, "method": options.describe(), "saliency": _rounded(merged),

@@ -107,7 +107,7 @@ def view_examples(
         if scores is not None and options is not None:
             matrix = scores[index]
             if merge_pieces:
-                matrix = merge_subwords(matrix, src_pieces, out_pieces)[0]
+                matrix = merge_subwords(matrix, src_pieces, out_pieces, output_words="sum")[0]
             example["saliency"], example["saliency_method"] = matrix, options.describe()
             correlations, same_top, _ = translation_agreement(every_head[index], scores[index], translation)
             if correlations:

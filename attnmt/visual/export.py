@@ -90,11 +90,12 @@ class AttentionRecord:
         return merge_subwords(matrix, self.src_pieces, self.out_pieces)[0]
 
     def word_saliency(self) -> np.ndarray:
-        """[T', S'] over output and source words, merged like the weights: summed over a source
-        word's pieces, averaged over an output word's pieces. ValueError when there is none."""
+        """[T', S'] over output and source words: summed over a source word's pieces and over an
+        output word's pieces (a word's log-probability is the sum of its pieces'). ValueError when
+        there is none."""
         if self.saliency is None:
             raise ValueError("this record has no saliency (translate with --saliency METHOD)")
-        return merge_subwords(self.saliency, self.src_pieces, self.out_pieces)[0]
+        return merge_subwords(self.saliency, self.src_pieces, self.out_pieces, output_words="sum")[0]
 
     def describe(self) -> dict[str, Any]:
         """Everything but the weights and the saliency, as JSON-ready values."""
