@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: own layer and the layers before it, never from a later one.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("attnmt.errors", "attnmt._version", "attnmt.runtime")),
-    ("attention", ("attnmt.attention", "attnmt.explore")),
+    ("attention", ("attnmt.attention", "attnmt.explore", "attnmt.keras")),
     ("data", ("attnmt.data",)),
     ("models", ("attnmt.models",)),
     ("runs", ("attnmt.runs",)),
@@ -49,6 +49,7 @@ TOP_LEVEL = {
     "attnmt._version": "the version, read by the build and by checkpoints",
     "attnmt.errors": "the exceptions every layer raises",
     "attnmt.explore": "the demonstrations of what one head computes, beside attention/",
+    "attnmt.keras": "the attention layers for Keras 3 (the optional extra attnmt[keras])",
     "attnmt.cli": "the command line",
     "attnmt.__main__": "python -m attnmt",
     "attnmt.translator": "deprecated path (0.1.0)",
