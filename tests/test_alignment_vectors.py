@@ -1,4 +1,4 @@
-"""Word vectors: .vec and seed-format loading, malformed files, lookup of unknown words."""
+"""Word vectors: .vec and pickle + npz loading, malformed files, lookup of unknown words."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from attnmt.alignment import (
     WordVectors,
-    load_seed_vectors,
+    load_pickle_npz_vectors,
     load_vec,
     load_vector_dir,
     load_word_vectors,
@@ -84,7 +84,7 @@ def test_load_vec_missing_file_is_a_data_error(tmp_path):
         load_vec(tmp_path / "absent.vec")
 
 
-def make_seed_files(tmp_path, mapping, embeddings, key="embeddings"):
+def make_pickle_npz_files(tmp_path, mapping, embeddings, key="embeddings"):
     pkl, npz = tmp_path / "word2int_en.pkl", tmp_path / "embeddings_en.npz"
     with open(pkl, "wb") as handle:
         pickle.dump(mapping, handle)
@@ -92,27 +92,27 @@ def make_seed_files(tmp_path, mapping, embeddings, key="embeddings"):
     return pkl, npz
 
 
-def test_load_seed_vectors_follows_the_dictionary_indices(tmp_path):
+def test_load_pickle_npz_vectors_follows_the_dictionary_indices(tmp_path):
     embeddings = np.arange(12, dtype=np.float64).reshape(4, 3)
-    pkl, npz = make_seed_files(tmp_path, {"accord": 2, "the": 0, "signed": 3}, embeddings)
-    vectors = load_seed_vectors(pkl, npz)
+    pkl, npz = make_pickle_npz_files(tmp_path, {"accord": 2, "the": 0, "signed": 3}, embeddings)
+    vectors = load_pickle_npz_vectors(pkl, npz)
     assert vectors.words == ["the", "accord", "signed"]  # in row order; row 1 has no word
     np.testing.assert_array_equal(vectors.vector("accord"), embeddings[2].astype(np.float32))
     both_orders = load_word_vectors([npz, pkl])
     assert both_orders.words == vectors.words
 
 
-def test_load_seed_vectors_rejects_missing_array_and_bad_index(tmp_path):
-    pkl, npz = make_seed_files(tmp_path, {"a": 0}, np.zeros((1, 2)), key="vectors")
+def test_load_pickle_npz_vectors_rejects_missing_array_and_bad_index(tmp_path):
+    pkl, npz = make_pickle_npz_files(tmp_path, {"a": 0}, np.zeros((1, 2)), key="vectors")
     with pytest.raises(DataError, match="no 'embeddings' array"):
-        load_seed_vectors(pkl, npz)
-    pkl, npz = make_seed_files(tmp_path, {"a": 0, "b": 5}, np.zeros((2, 2)))
+        load_pickle_npz_vectors(pkl, npz)
+    pkl, npz = make_pickle_npz_files(tmp_path, {"a": 0, "b": 5}, np.zeros((2, 2)))
     with pytest.raises(DataError, match="'b' has index 5, outside the 2 rows"):
-        load_seed_vectors(pkl, npz)
+        load_pickle_npz_vectors(pkl, npz)
     with open(pkl, "wb") as handle:
         pickle.dump(["not", "a", "dict"], handle)
     with pytest.raises(DataError, match="expected a pickled dict"):
-        load_seed_vectors(pkl, npz)
+        load_pickle_npz_vectors(pkl, npz)
 
 
 def test_lookup_gives_unknown_words_zero_vectors_and_lists_them_once():
@@ -159,9 +159,9 @@ def test_a_pickle_that_names_code_is_refused_before_anything_is_built(tmp_path, 
     marker = tmp_path / "ran"
     mapping = {"whole file": _RunsCode(marker), "one value": {"the": _RunsCode(marker)},
                "numpy index": {"the": np.int64(0)}}[hostile]
-    pkl, npz = make_seed_files(tmp_path, mapping, np.zeros((2, 3)))
+    pkl, npz = make_pickle_npz_files(tmp_path, mapping, np.zeros((2, 3)))
     with pytest.raises(DataError, match="refused to read it.*nothing of the file was built"):
-        load_seed_vectors(pkl, npz)
+        load_pickle_npz_vectors(pkl, npz)
     assert not marker.exists()
     # the command in this process: an exception that escaped it would fail the test
     done = attnmt_cli("align-words", "--src-vectors", pkl, npz, "--tgt-vectors", pkl, npz, "--src", "the",
@@ -171,8 +171,17 @@ def test_a_pickle_that_names_code_is_refused_before_anything_is_built(tmp_path, 
 
 
 def test_npz_vectors_are_read_without_pickle(tmp_path):
-    pkl, npz = make_seed_files(tmp_path, {"the": 0}, np.zeros((1, 3)))
+    pkl, npz = make_pickle_npz_files(tmp_path, {"the": 0}, np.zeros((1, 3)))
     np.savez(npz, embeddings=np.array([[_RunsCode(tmp_path / "ran")]], dtype=object))
     with pytest.raises(DataError):
-        load_seed_vectors(pkl, npz)
+        load_pickle_npz_vectors(pkl, npz)
     assert not (tmp_path / "ran").exists()
+
+
+def test_the_old_name_of_the_pickle_npz_loader_still_works_and_warns(tmp_path):
+    from attnmt.alignment import load_seed_vectors
+
+    pkl, npz = make_pickle_npz_files(tmp_path, {"b": 1, "a": 0}, np.arange(6.0).reshape(2, 3))
+    with pytest.warns(DeprecationWarning, match="load_pickle_npz_vectors"):
+        vectors = load_seed_vectors(pkl, npz)
+    assert vectors.words == load_pickle_npz_vectors(pkl, npz).words

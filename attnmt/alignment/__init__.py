@@ -1,6 +1,6 @@
 """Word alignment from attention: word vectors in, attention matrices, links, AER out.
 
-- ``vectors``: :class:`WordVectors`, fastText ``.vec`` and seed-format loading, tokenization.
+- ``vectors``: :class:`WordVectors`, fastText ``.vec`` and pickle + npz loading, tokenization.
 - ``embed``: English and French vectors in one space from a parallel corpus (co-occurrence + SVD).
 - ``weights``: vector attention, ``softmax(Q Kᵀ · scale)`` of target over source words .
 - ``links``: argmax in both directions, intersect/union, grow-diag(-final), itermax, one-to-one
@@ -58,6 +58,7 @@ _SUBMODULE_OF = {
     "read_pharaoh_alignments": "attnmt.data.link_files",
     "write_pharaoh": "attnmt.data.link_files",
     "WordVectors": "vectors",
+    "load_pickle_npz_vectors": "vectors",
     "load_seed_vectors": "vectors",
     "load_vec": "vectors",
     "load_vector_dir": "vectors",

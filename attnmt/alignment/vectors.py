@@ -34,6 +34,7 @@ from attnmt.runtime.checks import check_plain_name
 
 __all__ = [
     "WordVectors",
+    "load_pickle_npz_vectors",
     "load_seed_vectors",
     "load_vec",
     "load_vector_dir",
@@ -255,7 +256,7 @@ def save_vec(vectors: WordVectors, path: str | Path, *, overwrite: bool = False,
     return write_text_atomic(path, "\n".join(lines) + "\n")
 
 
-# --------------------------------------------------------------------------- seed format
+# --------------------------------------------------------------------------- a pickled index and an npz matrix
 
 
 class _Refused(Exception):
@@ -273,7 +274,7 @@ class _WordIndexUnpickler(pickle.Unpickler):
         raise _Refused("a persistent id")
 
 
-def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
+def load_pickle_npz_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
     """Read the pickle + npz format: a pickled ``{word: row}`` dict and an ``.npz`` with ``embeddings``.
 
     Only rows named by the dictionary are kept, in order of row index. Raises DataError naming
@@ -330,6 +331,13 @@ def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) ->
     return WordVectors(words, embeddings[rows])
 
 
+def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
+    """Deprecated (removed in 0.3): ``load_pickle_npz_vectors``, named for the format it reads."""
+    warnings.warn("load_seed_vectors is called load_pickle_npz_vectors since attnmt 0.2; the old name goes in 0.3",
+                  DeprecationWarning, stacklevel=2)
+    return load_pickle_npz_vectors(word2int_path, embeddings_path)
+
+
 def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:
     """Load vectors from one ``.vec`` file, or from a ``.pkl`` dict plus ``.npz`` matrix.
 
@@ -342,7 +350,7 @@ def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:
         npz = [path for path in files if path.suffix == ".npz"]
         if len(npz) == 1:
             other = files[1] if files[0] is npz[0] else files[0]
-            return load_seed_vectors(other, npz[0])
+            return load_pickle_npz_vectors(other, npz[0])
     raise DataError(
         "word vectors are one fastText .vec file, or a pickled word->index dict plus an .npz with "
         f"'embeddings'; got {', '.join(map(str, files))}"
