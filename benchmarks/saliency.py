@@ -130,7 +130,9 @@ def completeness(args: argparse.Namespace) -> int:
     outputs = [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations]
     at_e = log_probabilities_at(translator, sources, outputs, zero_source=False)
     at_zero = log_probabilities_at(translator, sources, outputs, zero_source=True)
-    report: dict = {"benchmark": "integrated gradients' completeness", "run": portable(str(args.run)),
+    model = translator.run_config.model
+    report: dict = {"benchmark": "integrated gradients' completeness", "run": args.run.name,  # no machine path
+                    "model_type": model.type, "attention": getattr(model, "attention", None),
                     "split": args.split, "sentences": len(translations), "model": translator.describe(), "steps": {}}
     rows = []
     for steps in (50, 200):

@@ -79,3 +79,28 @@ def test_a_fixed_count_never_changes_and_says_where_it_came_from(monkeypatch):
     assert plan.threads == available_cores()
     assert plan.adaptive == (available_cores() > 1 and others_running() is not None)
     assert not thread_plan(None, processes=2).adaptive  # processes under torchrun share the cores, fixed
+
+
+def test_every_batch_of_a_translator_follows_the_chooser():
+    """Searches, forced decoding (attention, alignment) and saliency each ask the chooser before
+    every batch: a path that did not ran at a fixed two threads beside busy work (an `align
+    --saliency` of four pairs took minutes instead of a second)."""
+    from pathlib import Path
+
+    from attnmt.decoding.translator import Translator
+
+    class Counting:
+        calls = 0
+
+        def before(self) -> int:
+            Counting.calls += 1
+            return 1
+
+    translator = Translator.load(Path(__file__).parent / "data" / "runs-0.1.0" / "rnn", num_threads=1)
+    translator.threads = Counting()  # type: ignore[assignment]
+    translations = translator.translate(["Ein Hund.", "Eine Katze läuft."], beam=2)
+    for read in (translator.read_attention, translator.read_saliency):
+        before = Counting.calls
+        read(translations)
+        assert Counting.calls > before, read.__name__
+    assert Counting.calls >= 3

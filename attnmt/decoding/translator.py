@@ -412,7 +412,8 @@ class Translator:
         """``attnmt.models.saliency.saliency`` with this translator's model: complete rows of source
         and output ids in, ``(pair index, scores [T, S])`` out, batch by batch."""
         return saliency(self.model, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
-                        max_tokens=max_tokens, progress=progress)
+                        max_tokens=max_tokens, progress=progress,
+                        before_batch=None if self.threads is None else self.threads.before)
 
     def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
                       progress: bool = False) -> list[np.ndarray]:

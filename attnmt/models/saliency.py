@@ -193,10 +193,12 @@ def saliency(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     specials: SpecialIds = ATTNMT_SPECIALS,
     progress: bool = False,
+    before_batch: Callable[[], object] | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """``(k, scores [T, S])`` for every pair ``(sources[k], outputs[k])``, batch by batch (longest
     first); the rows are as in ``attnmt.models.readout.force_decode``. The model runs in eval mode
-    and gets its mode back; its parameters' gradients are not touched.
+    and gets its mode back; its parameters' gradients are not touched. ``before_batch`` is called
+    before each batch (a translator's thread chooser).
 
     ConfigError for an option out of range, or when a batch would need more than half the memory
     free on the model's device (before any work; a smaller ``max_tokens`` fits)."""
@@ -218,6 +220,8 @@ def saliency(
     try:
         for batch in batches_in_eval_mode(model, plan, sources, outputs, specials, device,
                                           f"saliency ({method})" if progress else None):
+            if before_batch is not None:
+                before_batch()
             real = _real_outputs(batch, outputs)
             total = torch.zeros(*batch.tgt_in.shape, batch.src.shape[1], dtype=torch.float64)
             points = _points(method, batch, sources, samples, noise, steps, seed)
