@@ -11,11 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import yaml
 
 import attnmt
 from attnmt.cli import main as cli_main
+from attnmt.decoding.translator import Translator
+from attnmt.runs.checkpoint import save_checkpoint
 
-from helpers import comparable
+from helpers import comparable, run_trainer, tiny_rnn_config, tiny_run_config
 
 pytestmark = pytest.mark.slow  # translates, evaluates and resumes a run
 
@@ -115,11 +119,6 @@ def test_relative_data_paths_in_the_run_config_start_at_the_run_folder(legacy_ru
 def _forget_gaussian(run: Path) -> None:
     """Make ``run`` look saved before local-m followed the paper: no ``gaussian`` in its config.yaml
     nor in its checkpoints (what attnmt wrote then)."""
-    import torch
-    import yaml
-
-    from attnmt.runs.checkpoint import save_checkpoint
-
     config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     del config["model"]["attention_options"]["gaussian"]
     (run / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -130,10 +129,6 @@ def _forget_gaussian(run: Path) -> None:
 
 
 def test_a_local_m_run_saved_before_the_paper_form_translates_exactly_as_before(tmp_path):
-    from attnmt.decoding.translator import Translator
-
-    from helpers import run_trainer, tiny_rnn_config, tiny_run_config
-
     config = tiny_run_config(tmp_path, max_steps=12)
     config["model"] = tiny_rnn_config(attention="local-m", attention_options={"window": 2, "gaussian": True})
     run_trainer(tmp_path, config)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
 from attnmt.models import build_model
 from attnmt.models.common import log_probabilities
@@ -222,8 +223,6 @@ def test_integrated_gradients_completeness_gap_on_a_trained_run():
     """On a trained RNN (the 0.1.0 run kept in tests/data), at the default 50 steps, the rows of
     integrated gradients add up to f_t(e) − f_t(0) within the gap docs/results.md states for
     trained runs (at most 2e-2 of the pair's largest |f_t(e) − f_t(0)|), and 200 steps shrink it."""
-    from attnmt.decoding.translator import Translator
-
     translator = Translator.load(LEGACY_RUN)
     model = translator.model.double().eval()
     sentences = (LEGACY_RUN.parent / "valid.de").read_text(encoding="utf-8").splitlines()[:8]

@@ -7,10 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
+from attnmt.decoding.translator import Translator
 from attnmt.runtime.threads import HOLD, ThreadChooser, available_cores, others_running, thread_plan
 
 
@@ -85,10 +87,6 @@ def test_every_batch_of_a_translator_follows_the_chooser():
     """Searches, forced decoding (attention, alignment) and saliency each ask the chooser before
     every batch: a path that did not ran at a fixed two threads beside busy work (an `align
     --saliency` of four pairs took minutes instead of a second)."""
-    from pathlib import Path
-
-    from attnmt.decoding.translator import Translator
-
     class Counting:
         calls = 0
 
