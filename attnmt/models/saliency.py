@@ -164,11 +164,14 @@ def _points(method: str, batch: ForcedBatch, sources: Sequence[Sequence[int]], s
     lengths = [len(sources[k]) for k in batch.pairs]
     generators = [torch.Generator().manual_seed(seed) for _ in batch.pairs]  # one per pair: batch-free draws
 
+    sigmas: list[float] = []  # per pair, from its clean embeddings: the same for every copy
+
     def noisy(e: torch.Tensor) -> torch.Tensor:
+        if not sigmas:
+            sigmas.extend(noise * float(own.max() - own.min()) if own.numel() > 1 else noise
+                          for own in (e[row, :length] for row, length in enumerate(lengths)))
         drawn = torch.zeros(e.shape, dtype=e.dtype)
-        for row, (length, generator) in enumerate(zip(lengths, generators)):
-            own = e[row, :length]
-            sigma = noise * float(own.max() - own.min()) if own.numel() > 1 else noise
+        for row, (length, generator, sigma) in enumerate(zip(lengths, generators, sigmas)):
             standard = torch.randn(length, e.shape[-1], generator=generator, dtype=torch.float64)
             drawn[row, :length] = (sigma * standard).to(e.dtype)
         return e + drawn.to(e.device)

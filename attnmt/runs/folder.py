@@ -35,8 +35,7 @@ import yaml
 
 from attnmt.attention.user import CodeRecord
 from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
-from attnmt.runs.run_config import (  # noqa: F401  (SAVED_BEFORE_OPTIONS: read from here too)
-    SAVED_BEFORE_OPTIONS,
+from attnmt.runs.run_config import (
     DuplicateKeyError,
     RunConfig,
     with_old_defaults,
@@ -157,8 +156,9 @@ def writer_lock(folder: str | Path, command: str) -> Iterator[None]:
 def read_saved_config(run_dir: str | Path) -> dict | None:
     """The run's ``config.yaml`` as a plain dict, None when there is none; ConfigError when unreadable.
 
-    A run saved before an option existed ran as ``SAVED_BEFORE_OPTIONS`` says, which the dict then
-    holds: a new default must not change a run half-way through (``train --resume``)."""
+    A run saved before an option existed ran as ``attnmt.runs.run_config.with_old_defaults`` says,
+    which the dict then holds: a new default must not change a run half-way through (``train
+    --resume``)."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         return None

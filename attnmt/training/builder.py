@@ -40,7 +40,6 @@ from attnmt.runs.folder import (
     RESUMABLE_CHANGES,
     check_run_dir,
     config_differences,
-    with_old_defaults,
     write_code_copy,
     write_metrics,
 )
@@ -236,7 +235,7 @@ def _check_resumable(config: RunConfig, checkpoint: dict, path: Path) -> None:
     ``config.yaml`` cannot name new code, change the model or change the training half-way. And
     StepLimitReached when its step limit lies below the step the run has reached."""
     try:
-        trained = RunConfig.from_dict(with_old_defaults(checkpoint["config"]))
+        trained = RunConfig.from_dict(checkpoint["config"])  # load_checkpoint filled in options added since
     except ConfigError as error:
         raise CheckpointError(f"{path}: its config cannot be read: {error}") from None
     old, new = trained.to_dict(), config.to_dict()
