@@ -20,8 +20,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# DEMO_ARGS="--out /tmp/tour --minutes 15" make demo
 demo: install
-	bash scripts/demo.sh
+	$(ATTNMT) demo $(DEMO_ARGS)
 
 test: install
 	$(PY) -m pytest -q

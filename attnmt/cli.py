@@ -28,6 +28,8 @@ from attnmt.runtime.allocator import keep_freed_memory
 
 # command name -> (module under attnmt.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "a five-minute tour: explore attention, train a translator, translate, evaluate, view"),
+    "recipes": ("recipes", "list the run configs that ship with attnmt, or print one"),
     "explore": ("explore", "numeric demonstrations of what one attention head can compute, and what two fix"),
     "train": ("train", "train a translator from a YAML config"),
     "evaluate": ("evaluate", "perplexity, BLEU and chrF of a trained run on a test split"),
@@ -210,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"attnmt {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of the output left (``attnmt recipes | head``): no more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
+        return 141
     finally:
         if argv is None:  # attnmt is the process (the console script, python -m attnmt)
             finish_without_stops()

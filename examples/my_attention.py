@@ -6,7 +6,7 @@
 Check it, train it and compare it with the built-ins:
 
     attnmt check examples/my_attention.py:MyAttention
-    attnmt train --config configs/tiny.yaml --attention examples/my_attention.py:MyAttention --out runs/mine
+    attnmt train --config tiny --attention examples/my_attention.py:MyAttention --out runs/mine
 
 MyAttention is the whole mechanism in forward(); attnmt asks it one decoding step at a time.
 MyAttentionAllSteps below is the same mechanism in the faster form that answers all steps at once.

@@ -1,6 +1,6 @@
-"""The YAML recipes in configs/ load and validate, and the French→English Hansards config stays the
-exact mirror of the English→French one (so the two translators combined by `attnmt align` differ
-only in direction)."""
+"""The YAML recipes that ship with attnmt (attnmt/recipes/, configs/ in a clone) load and validate,
+and the French→English Hansards config stays the exact mirror of the English→French one (so the
+two translators combined by `attnmt align` differ only in direction)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from attnmt.runs.recipes import RECIPES_DIR
 from attnmt.runs.run_config import load_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = RECIPES_DIR
+
+
+@pytest.fixture(autouse=True)
+def data_folder(monkeypatch, tmp_path):
+    """The Hansards recipes name their files under $ATTNMT_DATA_DIR, resolved when a config is written out."""
+    monkeypatch.setenv("ATTNMT_DATA_DIR", str(tmp_path / "data"))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda path: path.name)

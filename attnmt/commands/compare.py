@@ -13,9 +13,9 @@ METHOD, each run's attention is also compared with its gradient saliency on its 
 more columns, kept in the run folder (agreement-*.json) and reused.
 
 Examples:
-  attnmt compare --config configs/multi30k_rnn.yaml --attention none mean sdp --runs 3 --out results/baselines
-  attnmt compare --config configs/tiny.yaml --attention dot additive --runs 2 --max-steps 50 --out results/smoke
-  attnmt compare --config configs/multi30k_rnn.yaml --attention dot sdp --out results/sal --saliency gradient
+  attnmt compare --config multi30k_rnn --attention none mean sdp --runs 3 --out results/baselines
+  attnmt compare --config tiny --attention dot additive --runs 2 --max-steps 50 --out results/smoke
+  attnmt compare --config multi30k_rnn --attention dot sdp --out results/sal --saliency gradient
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from attnmt.commands.options import add_device_option, add_saliency_options, add
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, required=True, help="YAML run config shared by every run")
+    parser.add_argument("--config", metavar="FILE|RECIPE", required=True,
+                        help="the run config shared by every run: a YAML file, or a recipe's name "
+                             "(attnmt recipes lists them)")
     parser.add_argument("--attention", nargs="+", required=True, metavar="NAME",
                         help="mechanisms to compare (none, mean, dot, sdp, general, additive, local-m, ...) "
                              "and your own as path/to/file.py:ClassName")
@@ -53,10 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnmt.runs.recipes import config_path
     from attnmt.training.comparison import compare_mechanisms
 
     comparison = compare_mechanisms(
-        args.config, args.attention, args.runs, args.out, split=args.split, beam=args.beam,
+        config_path(args.config), args.attention, args.runs, args.out, split=args.split, beam=args.beam,
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
         set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
         trust_run_code=args.trust_run_code, overwrite=args.overwrite, say=lambda line: say("compare", line),

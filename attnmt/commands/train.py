@@ -7,10 +7,13 @@ epoch into the run folder. A run folder is never overwritten: continue a stopped
 with --resume (it continues exactly where its last checkpoint left off, to the bit with a fixed
 --threads).
 
+--config takes a YAML file or the name of a recipe shipped with attnmt (attnmt recipes).
+
 Examples:
-  attnmt train --config configs/multi30k_rnn.yaml --attention additive --seed 2 --out runs/additive-2
+  attnmt train --config multi30k_rnn_fast --out runs/fast --max-minutes 5
+  attnmt train --config multi30k_rnn --attention additive --seed 2 --out runs/additive-2
   attnmt train --out runs/additive-2 --resume --max-epochs 30
-  torchrun --nproc_per_node 2 -m attnmt train --config configs/multi30k_rnn.yaml --out runs/ddp
+  torchrun --nproc_per_node 2 -m attnmt train --config multi30k_rnn --out runs/ddp
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from attnmt.commands.options import add_device_option, add_threads_option, add_t
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="YAML run config (optional with --resume: the run's own is used)")
+    parser.add_argument("--config", metavar="FILE|RECIPE",
+                        help="a YAML run config, or a recipe's name (attnmt recipes lists them); optional with "
+                             "--resume, which uses the run's own")
     parser.add_argument("--attention", metavar="NAME",
                         help="attention mechanism (sets model.attention): a built-in name, or your own as "
                              "path/to/file.py:ClassName or package.module:ClassName (see docs/mechanisms.md)")
@@ -63,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     from attnmt.errors import ConfigError
     from attnmt.runs.folder import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
+    from attnmt.runs.recipes import config_path
     from attnmt.runs.run_config import RunConfig, apply_overrides, load_config
     from attnmt.training import train
     from attnmt.training.builder import StepLimitReached
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         "device": args.device,
         "num_threads": args.threads,
     }
+    if args.config is not None:
+        args.config = config_path(args.config)
     requested = load_config(args.config, overrides, args.set) if args.config is not None else None
     if args.out is None:
         if requested is None:

@@ -28,19 +28,21 @@ written by ``attnmt align``): with it, training guides the attention towards the
 
 **Relative paths** (files and ``data_dir``) are resolved against ``base_dir``: the folder of the
 config file when the caller passes it to ``from_dict`` (the trainer does), else the current
-working directory at the time the split is read.
+working directory at the time the split is read. A path that starts with ``$ATTNMT_DATA_DIR/``
+starts at that folder instead (the Hansards recipes name the shared data so).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from attnmt.data.corpus import ParallelCorpus, read_parallel
+from attnmt.data.multi30k import DATA_DIR_ENV, load_multi30k, splits_of
 from attnmt.data.multi30k import LANGUAGES as MULTI30K_LANGUAGES
-from attnmt.data.multi30k import load_multi30k, splits_of
 from attnmt.data.tokenizer import MODEL_TYPES
 from attnmt.errors import ConfigError
 from attnmt.runtime.checks import check_plain_name
@@ -173,7 +175,16 @@ class DataConfig:
     # ---- splits ------------------------------------------------------------------------------
 
     def resolve(self, path: str | Path) -> Path:
-        """``path`` made absolute against ``base_dir`` (else the current folder)."""
+        """``path`` made absolute against ``base_dir`` (else the current folder), or against
+        ``$ATTNMT_DATA_DIR`` when it starts with that variable."""
+        text = str(path)
+        for prefix in (f"${DATA_DIR_ENV}/", f"${{{DATA_DIR_ENV}}}/"):
+            if text.startswith(prefix):
+                root = os.environ.get(DATA_DIR_ENV)
+                if not root:
+                    raise ConfigError(f"{text}: ${DATA_DIR_ENV} is not set; point it at the folder that holds "
+                                      f"the data (export {DATA_DIR_ENV}=...)")
+                return Path(root).expanduser() / text[len(prefix):]
         path = Path(path).expanduser()
         if path.is_absolute():
             return path

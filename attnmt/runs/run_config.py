@@ -38,6 +38,7 @@ import yaml
 from attnmt.data.data_config import DataConfig
 from attnmt.errors import ConfigError
 from attnmt.models import RENAMED_MODEL_KEYS, ModelConfig, model_config
+from attnmt.runs.recipes import config_path, is_recipe
 from attnmt.runtime.checks import (
     BOOLEAN,
     MAX_THREADS,
@@ -370,15 +371,16 @@ def yaml_load(text: str) -> Any:
 def load_config(
     path: str | Path, overrides: dict[str, Any] | None = None, set_options: list[str] | None = None,
 ) -> RunConfig:
-    """Read a YAML run config; ConfigError (naming the file) when it is missing or invalid.
+    """Read a YAML run config, or the recipe of that name (``attnmt.runs.recipes``); ConfigError
+    (naming the file) when it is missing or invalid.
 
     overrides: the named command-line options (see ``apply_overrides``).
     set_options: ``["section.key=value", ...]`` with YAML values, e.g. ``training.lr=5e-4``.
     """
-    path = Path(path)
+    path = config_path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except FileNotFoundError:  # removed since config_path looked
         raise ConfigError(f"{path}: config file not found") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the config ({error})") from None
@@ -392,7 +394,9 @@ def load_config(
     _warn_of_old_names(values, path)
     try:
         values = apply_overrides(values, overrides or {}, set_options or [])
-        return RunConfig.from_dict(values, base_dir=path.resolve().parent)
+        # a recipe's folder is inside the installed package: its relative paths start here
+        base_dir = Path.cwd() if is_recipe(path) else path.resolve().parent
+        return RunConfig.from_dict(values, base_dir=base_dir)
     except ConfigError as error:
         raise ConfigError(f"{_source_of(str(error), overrides or {}, set_options or [], path)}: {error}") from None
 
