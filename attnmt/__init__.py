@@ -11,7 +11,8 @@ below are the stable public API; each is imported from its module when first use
 
 The layers of the package, lowest first (a module imports only from its own layer or below):
 ``runtime`` → ``attention`` → ``data`` → ``models`` → ``runs`` → ``decoding`` → ``evaluation`` →
-``visual`` → ``training`` → ``alignment`` → the command line (``cli``, ``commands``).
+``training`` → ``alignment`` → ``visual`` → ``serve`` → the command line (``cli``, ``commands``), and
+``workflows``, which wires the pictures into training.
 """
 
 import sys
@@ -39,9 +40,9 @@ _HOMES = {
     "Translation": "attnmt.decoding.translator",
     "HFTranslator": "attnmt.decoding.hf",
     "evaluate_run": "attnmt.evaluation.evaluate",
-    "train": "attnmt.training.trainer",
+    "train": "attnmt.workflows",
     "TrainResult": "attnmt.training.trainer",
-    "compare_mechanisms": "attnmt.training.comparison",
+    "compare_mechanisms": "attnmt.workflows",
     # looking at attention
     "show": "attnmt.visual.notebook",
     "AttentionView": "attnmt.visual.notebook",

@@ -38,6 +38,7 @@ import attnmt.runtime.atomic_files
 from attnmt.models.transformer import TransformerConfig
 from attnmt.runs.run_config import load_config
 from attnmt.training import Trainer
+from attnmt.workflows import FIGURES
 
 # ---------------------------------------------------------------------------- float noise
 
@@ -191,7 +192,8 @@ def save_yaml(folder: Path, config: dict, name: str = "config.yaml") -> Path:
 def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = False):
     """Train ``config`` (saved as ``folder/config.yaml``) into ``folder/out`` without progress output."""
     cfg = load_config(save_yaml(folder, config))
-    return Trainer(cfg, folder / out, resume=resume, show_progress=False, verbose=False).run()
+    return Trainer(cfg, folder / out, resume=resume, show_progress=False, verbose=False,
+                   on_validation=FIGURES.on_validation).run()
 
 
 #: record fields that depend on the machine and the moment: time, memory, and the thread count

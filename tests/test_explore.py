@@ -4,12 +4,15 @@ numbers `attnmt explore` prints."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from attnmt import explore
 from attnmt.cli import main
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +197,11 @@ def test_cli_reports_impossible_sizes_without_traceback(capsys):
     # Copying does not need orthogonal keys, so the same sizes are fine there.
     assert main(["explore", "copy", "--keys", "8", "--dim", "4"]) == 0
     assert math.isfinite(explore.copy_demo(num_keys=8, dim=4).error[-1])
+
+
+def test_the_report_of_every_demo_is_what_it_was(attnmt_cli):
+    """`attnmt explore all` prints, byte for byte, what it printed before explore became a package
+    (tests/data/explore_all_seed0.txt, written by the single module it was)."""
+    done = attnmt_cli("explore", "all")
+    assert done.returncode == 0
+    assert done.stdout == (DATA / "explore_all_seed0.txt").read_text(encoding="utf-8")

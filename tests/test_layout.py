@@ -1,15 +1,20 @@
-"""The layout keeps its rules (benchmarks/layout.py reads them off the code): no module imports from
-a layer above its own, the top level holds only what ``TOP_LEVEL`` says, no two modules share a
-file name, the README names every layer, and the command line stays light."""
+"""The package's layers, and the rules the layout keeps: no module imports from a layer above its
+own, matplotlib only from ``visual`` up, the top level holds only what ``TOP_LEVEL`` says, no two
+modules share a file name, the README draws the same layers, and the command line stays light.
+
+This file is the rule: ``LAYERS`` lists the layers lowest first; a module may import from its own
+layer and the layers before it. An import counts wherever it stands (at the top of a module or
+inside a function, as the commands import lazily).
+"""
 
 from __future__ import annotations
 
+import ast
 import re
-import runpy
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -17,14 +22,140 @@ import attnmt
 
 PROJECT = Path(__file__).resolve().parents[1]
 
+#: The layers, lowest first: (name, the modules and packages it holds).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("runtime", ("attnmt.errors", "attnmt._version", "attnmt.runtime")),
+    ("attention", ("attnmt.attention", "attnmt.keras")),
+    ("data", ("attnmt.data",)),
+    ("models", ("attnmt.models",)),
+    ("runs", ("attnmt.runs",)),
+    ("decoding", ("attnmt.decoding",)),
+    ("evaluation", ("attnmt.evaluation",)),
+    ("training", ("attnmt.training",)),
+    ("alignment", ("attnmt.alignment",)),
+    ("visual", ("attnmt.visual", "attnmt.explore")),
+    ("serve", ("attnmt.serve",)),
+    ("workflows", ("attnmt.workflows",)),
+    ("interface", ("attnmt.cli", "attnmt.commands", "attnmt.__main__")),
+    ("api", ("attnmt", "attnmt.translator", "attnmt.config", "attnmt.notebook", "attnmt.viewing")),
+]
+# "api": the package itself (the public names) and the module paths of 0.1.0 kept for one version,
+# each a deprecated alias of its new home.
+RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
+#: the lowest layer that may draw with matplotlib
+DRAWING_FROM = "visual"
 
-layout = SimpleNamespace(**runpy.run_path(str(PROJECT / "benchmarks" / "layout.py"), run_name="attnmt_layout"))
-REPORT = layout.report(PROJECT / "attnmt")
-MODULES = layout.read_modules(PROJECT / "attnmt")
+#: modules that stand at the top level of the package (beside the layer packages), and why
+TOP_LEVEL = {
+    "attnmt._version": "the version, read by the build and by checkpoints",
+    "attnmt.errors": "the exceptions every layer raises",
+    "attnmt.keras": "the attention layers for Keras 3 (the optional extra attnmt[keras])",
+    "attnmt.workflows": "training and comparing with the pictures wired in (attnmt.train, attnmt compare)",
+    "attnmt.cli": "the command line",
+    "attnmt.__main__": "python -m attnmt",
+    "attnmt.translator": "deprecated path (0.1.0)",
+    "attnmt.config": "deprecated path (0.1.0)",
+    "attnmt.notebook": "deprecated path (0.1.0)",
+    "attnmt.viewing": "deprecated path (0.1.0)",
+}
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted module name (the longest matching prefix of ``LAYERS``)."""
+    best, length = "api", 0
+    for name, prefixes in LAYERS:
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = name, len(prefix)
+    return best
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    imports: set[str]  # the package's modules it imports
+    libraries: set[str]  # the top-level names of everything else it imports
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def resolve(name: str, known: set[str]) -> str | None:
+    """The known module that ``name`` (a module, or a name inside one) refers to."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def read_modules(root: Path) -> dict[str, Module]:
+    """Every module under ``root`` with what it imports."""
+    paths = sorted(root.rglob("*.py"))
+    names = {module_name(path, root) for path in paths}
+    modules = {}
+    for path in paths:
+        name = module_name(path, root)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imports: set[str] = set()
+        libraries: set[str] = set()
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                # ``from package import module`` imports the module; ``from module import name`` the module
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in names else base for alias in node.names]
+            for target in targets:
+                found = resolve(target, names)
+                if found is None:
+                    libraries.add(target.split(".")[0])
+                elif found != name:
+                    imports.add(found)
+        modules[name] = Module(name, path, imports, libraries)
+    return modules
+
+
+def climbing_edges(modules: dict[str, Module]) -> list[str]:
+    """The imports that go from a layer to a later one."""
+    return [f"{name} ({layer_of(name)}) -> {target} ({layer_of(target)})"
+            for name, module in modules.items() for target in sorted(module.imports)
+            if RANK[layer_of(target)] > RANK[layer_of(name)]]
+
+
+def shared_base_names(modules: dict[str, Module]) -> list[list[str]]:
+    """Groups of modules with one file name: none should be. ``__init__`` aside, a command beside the
+    module it is the command line of (``commands/curves.py``, ``visual/curves.py``), and a deprecated
+    path beside its new home (``translator.py``, ``decoding/translator.py``)."""
+    by_name: dict[str, list[str]] = {}
+    deprecated = {name for name, why in TOP_LEVEL.items() if why.startswith("deprecated")}
+    for name, module in modules.items():
+        if module.path.name != "__init__.py" and not name.startswith("attnmt.commands.") and name not in deprecated:
+            by_name.setdefault(module.path.stem, []).append(name)
+    return [sorted(names) for names in by_name.values() if len(names) > 1]
+
+
+MODULES = read_modules(PROJECT / "attnmt")
 
 
 def test_no_module_imports_from_a_higher_layer():
-    assert REPORT["climbing_edges"] == []
+    assert climbing_edges(MODULES) == []
+
+
+def test_only_visual_and_the_layers_above_it_draw():
+    drawing = sorted(name for name, module in MODULES.items()
+                     if "matplotlib" in module.libraries and RANK[layer_of(name)] < RANK[DRAWING_FROM])
+    assert drawing == []
 
 
 def test_the_rule_would_see_an_import_that_climbs(tmp_path):
@@ -35,20 +166,20 @@ def test_the_rule_would_see_an_import_that_climbs(tmp_path):
         (folder / "__init__.py").write_text("")
     (package / "visual" / "viewer.py").write_text("X = 1\n")
     (package / "decoding" / "translator.py").write_text("def f():\n    from attnmt.visual.viewer import X\n")
-    assert layout.report(package)["climbing_edges"] == [
+    assert climbing_edges(read_modules(package)) == [
         "attnmt.decoding.translator (decoding) -> attnmt.visual.viewer (visual)"]
 
 
 def test_every_module_has_a_layer_and_the_top_level_only_what_is_listed():
     top_level = {name for name, module in MODULES.items()
                  if module.path.parent == PROJECT / "attnmt" and module.path.name != "__init__.py"}
-    assert top_level <= set(layout.TOP_LEVEL), top_level - set(layout.TOP_LEVEL)
-    layers = {layout.layer_of(name) for name in MODULES}
-    assert layers == {name for name, _ in layout.LAYERS}
+    assert top_level <= set(TOP_LEVEL), top_level - set(TOP_LEVEL)
+    layers = {layer_of(name) for name in MODULES}
+    assert layers == {name for name, _ in LAYERS}
 
 
 def test_no_two_modules_share_a_file_name():
-    assert REPORT["shared_base_names"] == []
+    assert shared_base_names(MODULES) == []
 
 
 def test_every_package_says_what_its_layer_holds():
@@ -62,8 +193,8 @@ def test_the_readme_names_every_layer_in_order():
     section = readme[readme.index("## Layout"):]
     section = section[: section.index("\n## ", 1)]
     positions = [section.index(f"attnmt/{name}/") for name in
-                 ("runtime", "attention", "data", "models", "runs", "decoding", "evaluation", "visual", "training",
-                  "alignment")]
+                 ("runtime", "attention", "data", "models", "runs", "decoding", "evaluation", "training",
+                  "alignment", "visual", "serve")]
     assert positions == sorted(positions)
     assert re.search(r"never from a later one", section)
 

@@ -18,7 +18,7 @@ from attnmt.cli import _interrupt as cli_interrupt
 from attnmt.cli import _unsafe_to_interrupt, main
 from attnmt.errors import ConfigError
 from attnmt.runtime.outputs import check_output
-from attnmt.training.comparison import compare_mechanisms
+from attnmt.workflows import compare_mechanisms
 
 from helpers import run_trainer, save_yaml, tiny_run_config, write_corpus
 

@@ -25,8 +25,8 @@ from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
 from attnmt.attention.user import UntrustedCodeError, UserCodeError, register_attention
 from attnmt.decoding.translator import Translator
 from attnmt.evaluation.evaluate import evaluate_run
-from attnmt.training.comparison import compare_mechanisms
 from attnmt.visual.examples import view_examples
+from attnmt.workflows import compare_mechanisms
 
 from helpers import run_trainer, save_yaml, tiny_run_config, write_corpus
 

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.runs.recipes import config_path
-    from attnmt.training.comparison import compare_mechanisms
+    from attnmt.workflows import compare_mechanisms
 
     comparison = compare_mechanisms(
         config_path(args.config), args.attention, args.runs, args.out, split=args.split, beam=args.beam,

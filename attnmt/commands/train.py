@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.runs.folder import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
     from attnmt.runs.recipes import config_path
     from attnmt.runs.run_config import RunConfig, apply_overrides, load_config
-    from attnmt.training import train
     from attnmt.training.builder import StepLimitReached
+    from attnmt.workflows import train
 
     overrides = {
         "attention": args.attention,

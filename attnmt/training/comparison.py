@@ -6,7 +6,8 @@ A comparison of mechanisms is a folder::
     OUT/runs/<mechanism>-seed<N>/     one ordinary run folder per mechanism and seed (attnmt train)
         eval-<split>[-beamK].json     its test scores (the same file ``attnmt evaluate`` writes)
     OUT/summary.md, .csv, .json       per mechanism: mean, standard deviation and variance over the
-    OUT/summary.png                   seeds of test perplexity, BLEU and chrF; a bar chart
+    OUT/summary.png                   seeds of test perplexity, BLEU and chrF; a bar chart (drawn by
+                                      the ``Figures`` given: ``attnmt.compare_mechanisms`` gives visual/'s)
 
 Runs go seed by seed (seed 1 of every mechanism, then seed 2, ...), so a comparison stopped early
 still compares every mechanism, and the summary is rewritten after every run. Running the same
@@ -35,10 +36,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from attnmt.attention.registry import canonical_name, folder_label, short_name
 from attnmt.attention.trusted_code import remember as remember_code
 from attnmt.attention.user import code_record
@@ -63,12 +60,24 @@ from attnmt.runs.run_config import RunConfig, load_config
 from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
 from attnmt.runtime.device import describe, enable_tf32, resolve_device
 from attnmt.runtime.tables import format_table
-from attnmt.training.trainer import Trainer
+from attnmt.training.trainer import Trainer, ValidationHook
 
 METRICS = ("perplexity", "bleu", "chrf")
 AGREEMENT_METRICS = ("rank_correlation", "top1")  # with saliency: attnmt.evaluation.agreement
 METRIC_LABELS = {"perplexity": "perplexity", "bleu": "BLEU", "chrf": "chrF",
                  "rank_correlation": "attention-saliency rank correlation", "top1": "top-1 agreement"}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The pictures a comparison draws, given from above (training draws nothing itself).
+
+    on_validation: hooks every run's trainer calls after validation (``attnmt.training.ValidationHook``).
+    chart: the bar chart of a comparison as PNG bytes, written as summary.png (None: no chart).
+    """
+
+    on_validation: Sequence[ValidationHook] = ()
+    chart: Callable[[Comparison], bytes] | None = None
 
 
 # ================================================================================================
@@ -202,6 +211,23 @@ class Comparison:
         return format_table(["attention", "seed", "perplexity", "BLEU", "chrF",
                              *(["rank correlation", "top-1"] if agreement else []), "steps", "run"], rows)
 
+    def chart_data(self) -> dict[str, Any]:
+        """The keyword arguments of ``attnmt.visual.charts.runs_chart_png`` for this comparison: per
+        mechanism with finished runs, each metric's values over its runs."""
+        values = {mechanism: {metric: [getattr(o, metric) for o in self.outcomes if o.mechanism == mechanism]
+                              for metric in self.metrics}
+                  for mechanism in self.statistics()}
+        counts = sorted({len(by_metric[METRICS[0]]) for by_metric in values.values()})
+        runs = "no" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        return {
+            "values": values,
+            "titles": {metric: METRIC_LABELS[metric] + (" (lower is better)" if metric == "perplexity" else "")
+                       for metric in self.metrics},
+            "suptitle": f"{self.split}: mean ± standard deviation over {runs} runs (dots: single runs)",
+            "labels": {mechanism: short_name(mechanism) for mechanism in values},
+            "from_zero": [metric for metric in self.metrics if metric != "rank_correlation"],
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "config": self.config,
@@ -274,7 +300,8 @@ def _check_limit_kept(run_dir: Path, requested: RunConfig) -> None:
 
 
 def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable[[str], None],
-                  show_progress: bool, verbose: bool, trust_run_code: bool = False) -> tuple[str, dict[str, Any]]:
+                  show_progress: bool, verbose: bool, trust_run_code: bool = False,
+                  on_validation: Sequence[ValidationHook] = ()) -> tuple[str, dict[str, Any]]:
     """Bring one run of a comparison to an eval json, doing only what is missing; returns
     (status, eval report). status: "reused" (trained and scored before), "evaluated" (trained
     before), "resumed" (from its last.pt) or "trained"."""
@@ -297,7 +324,8 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
         status = "resumed" if (run_dir / LAST).is_file() else "trained"
         log(f"{'resuming' if status == 'resumed' else 'restarting' if started_before else 'training'} {run_dir}")
         Trainer(config, run_dir, resume=started_before, show_progress=show_progress, verbose=verbose,
-                trust_run_code=trust_run_code, named_attention=requested.model.attention).run()
+                trust_run_code=trust_run_code, named_attention=requested.model.attention,
+                on_validation=on_validation).run()
     return status, evaluate_run(run_dir, split=split, beam=beam, progress=show_progress,
                                 device=config.training.device, trust_run_code=trust_run_code).report
 
@@ -341,6 +369,7 @@ def compare_mechanisms(
     overwrite: bool = False,
     say: Callable[[str], None] | None = None,
     saliency: SaliencyOptions | None = None,
+    figures: Figures = Figures(),
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each
     run on ``split`` with ``beam`` and write ``out/summary.{md,csv,json,png}`` (see the module doc).
@@ -355,6 +384,8 @@ def compare_mechanisms(
     overwrite: replace summary files in ``out`` that an earlier comparison did not write (else ConfigError).
     saliency: also measure how each run's attention agrees with its gradient saliency on its own
     outputs of ``split`` (``attnmt.evaluation.agreement``; kept in the run folder and reused).
+    figures: the heatmaps of every run's validation and the summary's chart (``Figures``); none here,
+    ``attnmt.compare_mechanisms`` (``attnmt.workflows``) gives visual/'s.
     """
     mechanisms = [str(m) for m in mechanisms]
     if not mechanisms:
@@ -408,7 +439,7 @@ def compare_mechanisms(
                     log(f"{label}: {what}")
 
                 status, report = _complete_run(run_dir, requested, split_name, beam, log_run, show_progress, verbose,
-                                               trust_run_code)
+                                               trust_run_code, figures.on_validation)
                 outcome = RunOutcome(
                     mechanism=mechanism, seed=seed, run_dir=run_dir, status=status,
                     perplexity=float(report["perplexity"]), bleu=float(report["bleu"]), chrf=float(report["chrf"]),
@@ -431,7 +462,7 @@ def compare_mechanisms(
                     + (f"; attention-saliency rank correlation {_number(outcome.rank_correlation)}, top-1 "
                        f"{_number(outcome.top1)}" if saliency is not None else "")
                 )
-                write_summary(comparison)
+                write_summary(comparison, figures.chart)
         return comparison
 
 
@@ -459,8 +490,9 @@ def _check_summary_files(out: Path, overwrite: bool) -> None:
 # ================================================================================================
 
 
-def write_summary(comparison: Comparison) -> dict[str, Path]:
-    """Write summary.md, summary.csv, summary.json and summary.png into ``comparison.out``."""
+def write_summary(comparison: Comparison, chart: Callable[[Comparison], bytes] | None = None) -> dict[str, Path]:
+    """Write summary.md, summary.csv, summary.json and, drawn by ``chart``, summary.png into
+    ``comparison.out``."""
     out = comparison.out
     beam = "greedy search" if comparison.beam == 1 else f"beam {comparison.beam}"
     markdown = (
@@ -472,7 +504,7 @@ def write_summary(comparison: Comparison) -> dict[str, Path]:
         + comparison.summary_table()
         + "\n\n## Runs\n\n"
         + comparison.runs_table()
-        + "\n\n![summary](summary.png)\n"
+        + ("\n\n![summary](summary.png)\n" if chart is not None else "\n")
     )
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -489,39 +521,7 @@ def write_summary(comparison: Comparison) -> dict[str, Path]:
         "md": write_text_atomic(out / "summary.md", markdown),
         "csv": write_text_atomic(out / "summary.csv", buffer.getvalue()),
         "json": write_text_atomic(out / "summary.json", json.dumps(comparison.to_dict(), indent=2) + "\n"),
-        "png": write_bytes_atomic(out / "summary.png", summary_plot_png(comparison)),
     }
+    if chart is not None:
+        paths["png"] = write_bytes_atomic(out / "summary.png", chart(comparison))
     return paths
-
-
-def summary_plot_png(comparison: Comparison) -> bytes:
-    """A bar chart per metric: the mean over runs per mechanism, error bars ± one standard
-    deviation, and each run as a dot. matplotlib's Figure API with the Agg canvas (no pyplot)."""
-    table = comparison.statistics()
-    names = list(table)
-    metrics = comparison.metrics
-    figure = Figure(figsize=(3.2 * len(metrics) + 0.4 * max(len(names) - 3, 0) * len(metrics), 3.6), dpi=120)
-    FigureCanvasAgg(figure)
-    positions = np.arange(len(names))
-    for column, metric in enumerate(metrics, start=1):
-        axes = figure.add_subplot(1, len(metrics), column)
-        means = [0.0 if math.isnan(table[name][metric].mean) else table[name][metric].mean for name in names]
-        errors = [0.0 if math.isnan(table[name][metric].std) else table[name][metric].std for name in names]
-        axes.bar(positions, means, yerr=errors, capsize=4, color="#9ecae1", edgecolor="#3182bd", linewidth=0.8)
-        for position, name in zip(positions, names):
-            values = [getattr(o, metric) for o in comparison.outcomes if o.mechanism == name]
-            axes.plot([position] * len(values), values, "o", color="#08519c", markersize=3, zorder=3)
-        axes.set_xticks(positions)
-        axes.set_xticklabels([short_name(name) for name in names], rotation=30, ha="right")
-        axes.set_title(METRIC_LABELS[metric] + (" (lower is better)" if metric == "perplexity" else ""), fontsize=10)
-        if metric != "rank_correlation":  # the others are >= 0: bars start at 0, not at the smallest one
-            axes.set_ylim(bottom=0.0)
-        axes.grid(axis="y", color="#dddddd", linewidth=0.6)
-        axes.set_axisbelow(True)
-    counts = sorted({s[METRICS[0]].n for s in table.values()})
-    runs = "no" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    figure.suptitle(f"{comparison.split}: mean ± standard deviation over {runs} runs (dots: single runs)", fontsize=11)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": "attnmt"})
-    return buffer.getvalue()

@@ -6,7 +6,7 @@
         for each batch of the epoch (this rank's share):
             lr ← schedule(step);  backward on the batch;  clip;  Adam step;  [weight average]
             every log_every steps: a "train" record;  every checkpoint_every steps: last.pt
-        every eval_every epochs: validate (perplexity, greedy BLEU, heatmaps);
+        every eval_every epochs: validate (perplexity, greedy BLEU, the on_validation hooks);
             the plateau tracker decides best.pt, lr decay and early stopping
         last.pt
 
@@ -23,6 +23,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from attnmt.data import batch_indices, collate, shard
+from attnmt.data.corpus import ParallelCorpus
 from attnmt.decoding.translator import Translator
 from attnmt.errors import TrainingDiverged
 from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
@@ -46,9 +48,14 @@ from attnmt.training.randomness import capture_rng_state
 from attnmt.training.statistics import RunningStatistics, perplexity_of
 from attnmt.training.step import GuideBatch, backward_on_batch
 from attnmt.training.tensorboard import TensorBoardLog
-from attnmt.visual.heatmap import plot_attention
 
-__all__ = ["TrainResult", "Trainer", "train"]
+__all__ = ["TrainResult", "Trainer", "ValidationHook", "train"]
+
+#: called on the main rank after each validation, with the translator of the weights just validated,
+#: the validation corpus, the epoch's number and the run folder. Presentation is wired in this way
+#: (``attnmt.visual.examples.draw_validation_examples`` draws heatmaps, ``attnmt.workflows`` adds
+#: it): training itself draws nothing.
+ValidationHook = Callable[[Translator, ParallelCorpus, int, Path], None]
 
 BAR_EVERY = 10  # steps between updates of the progress bar's loss and tokens/s
 
@@ -102,8 +109,10 @@ class Trainer:
         verbose: bool = True,
         trust_run_code: bool = False,
         named_attention: str | None = None,
+        on_validation: Sequence[ValidationHook] = (),
     ):
         self.config = config
+        self.on_validation = tuple(on_validation)
         self.trust_run_code = trust_run_code
         self.named_attention = named_attention
         self.run_dir = Path(run_dir)
@@ -346,41 +355,24 @@ class Trainer:
             save_checkpoint(self._checkpoint(with_training_state=False), self.run_dir / BEST)
 
     def _validate(self, epoch_label: int) -> dict[str, Any]:
-        """Validation loss/perplexity (all ranks), greedy BLEU and heatmaps (rank 0)."""
+        """Validation loss/perplexity (all ranks), greedy BLEU and the ``on_validation`` hooks (rank 0)."""
         parts, context, training = self._parts, self.context, self.config.training
         nll_sum, tokens = likelihood_sums(parts.model, parts.valid_batches[context.rank :: context.world_size])
         nll_sum, total_tokens = context.all_reduce_sum([nll_sum, tokens])
         result = perplexity_from_sums(nll_sum, int(total_tokens))
         record: dict[str, Any] = {"val_loss": result.loss, "val_ppl": result.perplexity, "val_bleu": None}
         limit, corpus = training.bleu_max_sentences, parts.valid_corpus
-        if context.is_main and (limit is None or limit > 0 or training.examples > 0):
+        if context.is_main and (limit is None or limit > 0 or self.on_validation):
             translator = Translator(parts.model, parts.tokenizers, run_config=self.config)
             if limit is None or limit > 0:
                 count = len(corpus) if limit is None else min(limit, len(corpus))
                 outputs = translator.translate(corpus.src[:count], beam=1)
                 record["val_bleu"], _ = bleu([t.output for t in outputs], corpus.tgt[:count])
                 record["bleu_sentences"] = count
-            if training.examples > 0:
-                self._plot_examples(translator, epoch_label)
+            for hook in self.on_validation:
+                hook(translator, corpus, epoch_label, self.run_dir)
         record["val_bleu"] = context.broadcast_object(record["val_bleu"])
         return record
-
-    def _plot_examples(self, translator: Translator, epoch_label: int) -> None:
-        corpus = self._parts.valid_corpus
-        count = min(self.config.training.examples, len(corpus))
-        folder = self.run_dir / "examples"
-        translations = translator.translate(corpus.src[:count], beam=1, return_attention=True)
-        for k, translation in enumerate(translations, start=1):
-            if translation.attention is None or translation.attention.size == 0:
-                continue
-            try:
-                plot_attention(
-                    translation.attention, translation.src_pieces, translation.out_pieces,
-                    folder / f"epoch{epoch_label:02d}-{k}.png",
-                    title=f"epoch {epoch_label}: {translation.output}", merge_pieces=True,
-                )
-            except ValueError as error:  # a degenerate matrix must not stop training
-                logger.warning("could not plot example %d: %s", k, error)
 
     # ---- records and checkpoints --------------------------------------------------------------
 
@@ -520,12 +512,14 @@ def train(
     verbose: bool = True,
     trust_run_code: bool = False,
     named_attention: str | None = None,
+    on_validation: Sequence[ValidationHook] = (),
 ) -> TrainResult:
     """Train ``config`` into ``run_dir`` in this process (joining a torchrun group when there is one).
 
     Resuming a run trained with a user's attention runs the code it keeps with consent:
     ``trust_run_code``, code this user trained with on this machine, or ``named_attention`` (the
-    spec the user names now, whose file must hold that code)."""
+    spec the user names now, whose file must hold that code). ``on_validation``: see
+    ``ValidationHook`` (``attnmt.train`` adds the example heatmaps of ``training.examples``)."""
     context = init_distributed(config.training.device)
     return Trainer(config, run_dir, resume=resume, show_progress=show_progress, context=context, verbose=verbose,
-                   trust_run_code=trust_run_code, named_attention=named_attention).run()
+                   trust_run_code=trust_run_code, named_attention=named_attention, on_validation=on_validation).run()

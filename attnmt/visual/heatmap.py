@@ -14,6 +14,7 @@ so the same matrix gives the same bytes.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -31,7 +32,9 @@ from attnmt.runtime.atomic_files import atomic_writer, check_target
 from attnmt.runtime.choices import PLOT_FORMATS
 from attnmt.runtime.renames import renamed_parameters
 
-__all__ = ["PLOT_FORMATS", "plot_attention", "plot_metadata"]
+__all__ = ["PLOT_FORMATS", "draw_validation_examples", "plot_attention", "plot_metadata"]
+
+logger = logging.getLogger(__name__)
 
 
 # matplotlib reads svg.fonttype from the global rcParams while saving; changing it briefly
@@ -235,3 +238,26 @@ def plot_metadata(chosen_format: str, title: str | None) -> dict[str, Any]:
     if chosen_format == "svg":
         return {"Date": None, **({"Title": title} if title else {})}
     return {"CreationDate": None, "ModDate": None, **({"Title": title} if title else {})}
+
+
+def draw_validation_examples(translator, corpus, epoch_label: int, run_dir: Path) -> None:
+    """A training validation hook (``attnmt.training.ValidationHook``): heatmaps of the greedy
+    translations of the first ``training.examples`` validation sentences, drawn into
+    ``run_dir/examples/epoch<NN>-<k>.png`` with their pieces merged into words. A matrix that
+    cannot be drawn is logged and skipped: it must not stop training."""
+    config = translator.run_config
+    count = 0 if config is None else min(config.training.examples, len(corpus))
+    if count <= 0:
+        return
+    translations = translator.translate(corpus.src[:count], beam=1, return_attention=True)
+    for k, translation in enumerate(translations, start=1):
+        if translation.attention is None or translation.attention.size == 0:
+            continue
+        try:
+            plot_attention(
+                translation.attention, translation.src_pieces, translation.out_pieces,
+                Path(run_dir) / "examples" / f"epoch{epoch_label:02d}-{k}.png",
+                title=f"epoch {epoch_label}: {translation.output}", merge_pieces=True,
+            )
+        except ValueError as error:
+            logger.warning("could not plot example %d: %s", k, error)

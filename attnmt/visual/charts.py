@@ -1,0 +1,65 @@
+"""Bar charts of runs compared (``attnmt compare``'s summary.png).
+
+One panel per metric: per group (a mechanism) the mean over its runs as a bar, ± one sample
+standard deviation (n − 1) as an error bar, and every run as a dot. The standard deviation of one
+run is undefined and drawn as none. matplotlib's Figure API with the Agg canvas (no pyplot).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["runs_chart_png"]
+
+
+def _mean_and_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation, each 0 where it is undefined (no run, one run, NaN)."""
+    mean = statistics.fmean(values) if values else math.nan
+    std = statistics.stdev(values) if len(values) > 1 else math.nan
+    return (0.0 if math.isnan(mean) else mean), (0.0 if math.isnan(std) else std)
+
+
+def runs_chart_png(
+    values: Mapping[str, Mapping[str, Sequence[float]]],
+    titles: Mapping[str, str],
+    suptitle: str,
+    labels: Mapping[str, str] | None = None,
+    from_zero: Sequence[str] = (),
+) -> bytes:
+    """The chart as PNG bytes.
+
+    values: ``{group: {metric: [value of run 1, run 2, ...]}}``, groups and metrics in drawing order.
+    titles: ``{metric: panel title}``; labels: ``{group: tick label}`` (default the group's name).
+    from_zero: the metrics whose axis starts at 0 (values that are never negative).
+    """
+    groups = list(values)
+    metrics = list(titles)
+    figure = Figure(figsize=(3.2 * len(metrics) + 0.4 * max(len(groups) - 3, 0) * len(metrics), 3.6), dpi=120)
+    FigureCanvasAgg(figure)
+    positions = np.arange(len(groups))
+    for column, metric in enumerate(metrics, start=1):
+        axes = figure.add_subplot(1, len(metrics), column)
+        means, errors = zip(*(_mean_and_std(values[group][metric]) for group in groups)) if groups else ((), ())
+        axes.bar(positions, means, yerr=errors, capsize=4, color="#9ecae1", edgecolor="#3182bd", linewidth=0.8)
+        for position, group in zip(positions, groups):
+            runs = values[group][metric]
+            axes.plot([position] * len(runs), runs, "o", color="#08519c", markersize=3, zorder=3)
+        axes.set_xticks(positions)
+        axes.set_xticklabels([(labels or {}).get(group, group) for group in groups], rotation=30, ha="right")
+        axes.set_title(titles[metric], fontsize=10)
+        if metric in from_zero:
+            axes.set_ylim(bottom=0.0)
+        axes.grid(axis="y", color="#dddddd", linewidth=0.6)
+        axes.set_axisbelow(True)
+    figure.suptitle(suptitle, fontsize=11)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": "attnmt"})
+    return buffer.getvalue()
