@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from alignment_common import RESULTS, gold_splits, machine, require_data, write_section
 from alignment_students import AGREEMENT_THRESHOLDS, DIRECTIONS
 from alignment_translator import readings
 
@@ -44,6 +43,8 @@ from attnmt.alignment.translator_attention import TranslatorAligner
 from attnmt.data.link_files import GoldAlignment
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.tables import format_table
+
+from common import RESULTS, gold_splits, machine, require_data, write_section
 
 SHARES = (0.25, 0.5, 0.75)  # λ, the saliency's share when combined with the attention
 #: (layer, head or None = the mean, shift, renormalise without the source EOS)

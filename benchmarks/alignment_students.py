@@ -27,16 +27,6 @@ import time
 from pathlib import Path
 
 import torch
-from alignment_common import (
-    HANSARDS,
-    RESULTS,
-    gold_splits,
-    machine,
-    print_rows,
-    read_results,
-    require_data,
-    write_section,
-)
 
 from attnmt.alignment import (
     LINK_METHODS,
@@ -60,6 +50,17 @@ from attnmt.alignment.protocol import (
 from attnmt.alignment.translator_attention import TranslatorAligner
 from attnmt.data.corpus import read_parallel
 from attnmt.data.link_files import format_pharaoh
+
+from common import (
+    HANSARDS,
+    RESULTS,
+    gold_splits,
+    machine,
+    print_rows,
+    read_results,
+    require_data,
+    write_section,
+)
 
 #: the issue's target for the translators' own attention
 STUDENT_TARGET_AER = 0.050

@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from alignment_common import PUBLISHED, RESULTS, gold_splits, machine, read_results, require_data, write_section
 from alignment_vectors import score, tune
 
 from attnmt.alignment import LINK_METHODS, VectorAligner, VectorScoring, combine_weights, load_vector_dir
@@ -42,6 +41,8 @@ from attnmt.alignment.protocol import GoldSplit, choose_on_trial, rounded, score
 from attnmt.alignment.translator_attention import TranslatorAligner
 from attnmt.models.common import default_layer
 from attnmt.runtime.tables import format_table
+
+from common import PUBLISHED, RESULTS, gold_splits, machine, read_results, require_data, write_section
 
 TARGET_AER = 0.15
 VECTOR_SHARES = (0.3, 0.4, 0.5, 0.6, 0.7)

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from alignment_common import GOLD, HANSARDS, PUBLISHED, RESULTS, gold_splits, machine, require_data, write_section
 
 from attnmt.alignment import (
     LINK_METHODS,
@@ -45,6 +44,8 @@ from attnmt.alignment import (
 from attnmt.alignment.protocol import GoldSplit, choose_on_trial, rounded, score_links
 from attnmt.data.corpus import read_lines, read_parallel
 from attnmt.runtime.tables import format_table
+
+from common import GOLD, HANSARDS, PUBLISHED, RESULTS, gold_splits, machine, require_data, write_section
 
 TEMPERATURES = (0.02, 0.05, 0.1, 0.2, 0.5)
 DISTORTIONS = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0)

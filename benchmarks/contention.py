@@ -41,7 +41,6 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from portable import portable
 
 from attnmt.data import batch_indices, collate
 from attnmt.decoding.translator import Translator
@@ -53,6 +52,8 @@ from attnmt.runtime.threads import ThreadChooser, available_cores
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
 from attnmt.training.step import backward_on_batch
+
+from common import portable
 
 PROJECT = Path(__file__).resolve().parent.parent
 FORMS = ("2 threads", "1 thread", "adaptive")

@@ -45,12 +45,13 @@ import time
 from pathlib import Path
 
 import torch
-from portable import portable
 
 from attnmt.data import batches_for_inference
 from attnmt.decoding.search import beam_search
 from attnmt.models import build_model, count_parameters
 from attnmt.runtime.atomic_files import write_text_atomic
+
+from common import portable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "decoding.json"  # a trained run (--run)

@@ -9,7 +9,7 @@
    line naming the file, exit status 2.
 3. A full disk. ``--disk`` cases over the eight commands that write files (train, evaluate, view,
    translate --plot, align, embed, explore --plot, compare): the output folder's file system is
-   full after a random number of bytes (simulated: ``tests/helpers.py``'s ``FullDisk`` makes writes
+   full after a random number of bytes (simulated: ``attnmt.runtime.full_disk.FullDisk`` makes writes
    there fail with ENOSPC). Every output must keep its previous version or hold its complete new
    one, no temporary file may be left, and the command must end with one line saying so; a killed
    training's checkpoints must load and ``--resume`` must end as the run never stopped.
@@ -56,7 +56,6 @@ import argparse
 import contextlib
 import fcntl
 import gzip
-import importlib.util
 import io
 import json
 import os
@@ -73,7 +72,19 @@ from pathlib import Path
 
 import torch
 import yaml
-from fault_cases import (
+
+from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
+from attnmt.cli import main as cli_main
+from attnmt.data.toy import toy_run_config as tiny_run_config
+from attnmt.errors import CheckpointError
+from attnmt.runs.checkpoint import load_checkpoint
+from attnmt.runs.folder import machine_free as comparable
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.full_disk import FullDisk
+from attnmt.runtime.tables import format_table
+
+from common import portable
+from fault_data.cases import (
     classify,
     hostile_files,
     odd_numbers,
@@ -83,34 +94,19 @@ from fault_cases import (
     signals,
     structured_formats,
 )
-from fault_untrusted import edited_checkpoints, edited_configs, misbehaving_mechanisms
-from portable import portable
-
-from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
-from attnmt.cli import main as cli_main
-from attnmt.errors import CheckpointError
-from attnmt.runs.checkpoint import load_checkpoint
-from attnmt.runtime.atomic_files import write_text_atomic
-from attnmt.runtime.tables import format_table
+from fault_data.untrusted import edited_checkpoints, edited_configs, misbehaving_mechanisms
 
 PROJECT = Path(__file__).resolve().parents[1]
 
 
-def _test_helpers():
-    """``tests/helpers.py``, loaded from its file: the tests' made-up task and simulated full disk."""
-    spec = importlib.util.spec_from_file_location("attnmt_test_helpers", PROJECT / "tests" / "helpers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-_helpers = _test_helpers()
-FullDisk, comparable, save_yaml, tiny_run_config = (
-    _helpers.FullDisk, _helpers.comparable, _helpers.save_yaml, _helpers.tiny_run_config)
-
 RESULTS = PROJECT / "benchmarks" / "results" / "faults.json"
+
+
+def save_yaml(folder: Path, config: dict, name: str) -> Path:
+    """``config`` written as ``folder/name``."""
+    path = folder / name
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
 
 

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from portable import portable
 from torch.profiler import ProfilerActivity, profile
 
 from attnmt.data import batch_indices, collate
@@ -58,6 +57,8 @@ from attnmt.runtime.tables import format_table
 from attnmt.training.averaging import WeightAverage
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
+
+from common import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 RECIPES = ["configs/multi30k_rnn_gpu.yaml", "configs/multi30k_transformer_gpu.yaml"]

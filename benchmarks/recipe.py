@@ -20,9 +20,9 @@ import platform
 import sys
 from pathlib import Path
 
-from portable import portable
-
 from attnmt.runtime.atomic_files import write_text_atomic
+
+from common import portable
 
 
 def read_metrics(run: Path) -> list[dict]:

@@ -29,13 +29,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from portable import portable
 
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
 from attnmt.models.saliency import SaliencyOptions, source_embedding
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
+
+from common import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 

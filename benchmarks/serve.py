@@ -32,10 +32,11 @@ import time
 from pathlib import Path
 
 import torch
-from portable import portable
 
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
+
+from common import portable
 
 
 def post(port: int, path: str, payload: dict) -> tuple[float, int]:

@@ -34,7 +34,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from portable import portable
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -47,6 +46,8 @@ from attnmt.runtime.tables import format_table
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
 from attnmt.training.step import backward_on_batch
+
+from common import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 RECIPES = ["configs/multi30k_rnn_fast.yaml", "configs/multi30k_rnn_bf16.yaml", "configs/multi30k_transformer.yaml"]

@@ -18,11 +18,9 @@ Session fixtures built from these (``tiny_run``, ``browser``) are in ``conftest.
 from __future__ import annotations
 
 import base64
-import errno
 import fcntl
 import json
 import os
-import random
 import select
 import shutil
 import subprocess
@@ -34,9 +32,11 @@ import torch
 import yaml
 from torch import nn
 
-import attnmt.runtime.atomic_files
+from attnmt.data.toy import LEXICON, make_pairs, toy_run_config, write_corpus  # noqa: F401 (the tests' names)
 from attnmt.models.transformer import TransformerConfig
+from attnmt.runs.folder import MACHINE_FIELDS, machine_free  # noqa: F401 (the tests' names)
 from attnmt.runs.run_config import load_config
+from attnmt.runtime.full_disk import FullDisk, disk_full  # noqa: F401 (the tests' names)
 from attnmt.training import Trainer
 from attnmt.workflows import FIGURES
 
@@ -58,53 +58,9 @@ def tolerance(atol: float, device: torch.device | str) -> float:
 
 
 # ---------------------------------------------------------------------------- the made-up task
+# attnmt.data.toy: LEXICON, make_pairs, write_corpus; tiny_run_config is its toy_run_config
 
-LEXICON = {
-    "ein": "a", "der": "the", "mann": "man", "frau": "woman", "hund": "dog", "katze": "cat",
-    "kind": "child", "läuft": "runs", "springt": "jumps", "sitzt": "sits", "spielt": "plays",
-    "auf": "on", "im": "in", "park": "park", "garten": "garden", "ball": "ball", "rot": "red",
-    "blau": "blue", "groß": "big", "klein": "small",
-}
-
-
-def make_pairs(count: int, seed: int) -> tuple[list[str], list[str]]:
-    rng = random.Random(seed)
-    words = sorted(LEXICON)
-    src, tgt = [], []
-    for _ in range(count):
-        sentence = rng.choices(words, k=rng.randint(3, 7))
-        src.append(" ".join(sentence).capitalize() + ".")
-        tgt.append(" ".join(LEXICON[w] for w in sentence).capitalize() + ".")
-    return src, tgt
-
-
-def write_corpus(folder: Path, name: str, count: int, seed: int) -> list[str]:
-    src, tgt = make_pairs(count, seed)
-    (folder / f"{name}.de").write_text("\n".join(src) + "\n", encoding="utf-8")
-    (folder / f"{name}.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
-    return [f"{name}.de", f"{name}.en"]
-
-
-# ---------------------------------------------------------------------------- tiny configs
-
-
-def tiny_run_config(folder: Path, train_pairs: int = 200, valid_pairs: int = 20, **training) -> dict:
-    """A run config (a plain dict) for a ~20k-parameter RNN on the made-up task, its files written into
-    ``folder``; ``training`` options override those of the ``training:`` section."""
-    config = {
-        "data": {
-            "train": write_corpus(folder, "train", train_pairs, seed=1),
-            "valid": write_corpus(folder, "valid", valid_pairs, seed=2),
-            "vocab_size": 64,
-            "max_tokens": 160,
-        },
-        "model": {"type": "rnn", "embed_dim": 16, "hidden_dim": 32, "dropout": 0.1, "attention": "scaled_dot"},
-        "training": {
-            "lr": 0.01, "max_epochs": 2, "log_every": 5, "checkpoint_every": 5, "num_threads": 1,
-            "bleu_max_sentences": 5, "examples": 1, **training,
-        },
-    }
-    return config
+tiny_run_config = toy_run_config
 
 
 def tiny_rnn_config(**overrides) -> dict:
@@ -196,73 +152,11 @@ def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = Fal
                    on_validation=FIGURES.on_validation).run()
 
 
-#: record fields that depend on the machine and the moment: time, memory, and the thread count
-#: (it follows the machine's load unless fixed)
-MACHINE_FIELDS = ("elapsed", "tokens_per_s", "val_seconds", "resident_gib", "threads")
+# comparable: attnmt.runs.folder.machine_free (metric records without the machine's fields)
+comparable = machine_free
 
 
-def comparable(records: list[dict]) -> list[dict]:
-    """Metric records without the fields that measure the machine (``MACHINE_FIELDS``)."""
-    return [{k: v for k, v in r.items() if k not in MACHINE_FIELDS} for r in records]
-
-
-# ---------------------------------------------------------------------------- a full disk
-
-
-def disk_full(*args, **kwargs):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-class _FullDiskFile:
-    """A file whose writes fail with ENOSPC once ``disk.budget`` bytes have been written in all."""
-
-    def __init__(self, handle, disk: FullDisk) -> None:
-        self._handle, self._disk = handle, disk
-
-    def write(self, data) -> int:
-        size = memoryview(data).nbytes
-        room = self._disk.budget - self._disk.written
-        if size > room:
-            self._disk.written += self._handle.write(memoryview(data)[: max(room, 0)])
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self._disk.written += size
-        return self._handle.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._handle, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.close()
-
-
-class FullDisk:
-    """The file system under ``folder`` holding only ``budget`` more bytes (None: counting only).
-
-    ``written`` counts what attnmt's writer put there. Files are opened through ``os.fdopen``
-    (``attnmt.runtime.atomic_files``), which this replaces while it is entered."""
-
-    def __init__(self, folder: Path, budget: int | None = None) -> None:
-        self.folder, self.budget, self.written = Path(folder).resolve(), budget, 0
-
-    def _fdopen(self, descriptor, *args, **kwargs):
-        handle = self._original(descriptor, *args, **kwargs)
-        target = Path(os.readlink(f"/proc/self/fd/{descriptor}"))
-        if not target.is_relative_to(self.folder):
-            return handle
-        if self.budget is None:
-            self.budget = float("inf")
-        return _FullDiskFile(handle, self)
-
-    def __enter__(self) -> FullDisk:
-        self._original = attnmt.runtime.atomic_files.os.fdopen
-        attnmt.runtime.atomic_files.os.fdopen = self._fdopen
-        return self
-
-    def __exit__(self, *exc) -> None:
-        attnmt.runtime.atomic_files.os.fdopen = self._original
+# a full disk: attnmt.runtime.full_disk (FullDisk, disk_full)
 
 
 # ---------------------------------------------------------------------------- a headless browser

@@ -18,7 +18,7 @@ The contract. A user mechanism is a ``torch.nn.Module`` whose constructor takes 
     per sentence and answers all decoding steps of the ``parallel`` flow in one product.
 
 The first two forms are asked one decoding step at a time: in the ``parallel`` flow the adapter
-loops over the T steps (``benchmarks/user_attention.py`` measures what that costs).
+loops over the T steps (``benchmarks/experiments/user_attention.py`` measures what that costs).
 
 For the Transformer a user class gives ``score(q [B, h, T, d], k [B, h, S, d]) -> [B, h, T, S]``
 (built with query_dim = key_dim = value_dim = d, the size of a head); it replaces ``q·kᵀ/√d`` in

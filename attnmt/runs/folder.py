@@ -46,10 +46,10 @@ from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.checks import check_plain_name
 
 __all__ = [
-    "BEST", "CONFIG_FILE", "LAST", "LOCK", "METRICS", "RESUMABLE_CHANGES", "append_metrics", "beam_table_path",
-    "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
-    "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished", "with_old_defaults",
-    "write_metrics", "writer_lock",
+    "BEST", "CONFIG_FILE", "LAST", "LOCK", "MACHINE_FIELDS", "METRICS", "RESUMABLE_CHANGES", "append_metrics",
+    "beam_table_path", "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
+    "machine_free", "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished",
+    "with_old_defaults", "write_metrics", "writer_lock",
 ]
 
 LAST, BEST = "last.pt", "best.pt"
@@ -223,6 +223,17 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
 
 
 # ------------------------------------------------------------------------------- metrics.jsonl
+
+
+#: record fields that depend on the machine and the moment: time, memory, and the thread count
+#: (it follows the machine's load unless fixed)
+MACHINE_FIELDS = ("elapsed", "tokens_per_s", "val_seconds", "resident_gib", "threads")
+
+
+def machine_free(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metric records without the fields that measure the machine (``MACHINE_FIELDS``): what two runs
+    of the same seed must agree on, bit for bit, with a fixed thread count."""
+    return [{k: v for k, v in r.items() if k not in MACHINE_FIELDS} for r in records]
 
 
 def append_metrics(run_dir: str | Path, record: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Levers of the fast CPU recipe, compared: the validation numbers of short runs that differ in one
 or two settings, read from their run folders (no training here).
 
-    python benchmarks/levers.py NAME=RUN[:what changed] ... --json benchmarks/results/fast_levers.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/levers.py NAME=RUN[:what changed] ... --json benchmarks/results/fast_levers.json
 
 For each run: parameters, steps, training target tokens, median target tokens/s, and at its best
 checkpoint the validation perplexity and validation BLEU (greedy, on ``bleu_max_sentences``
@@ -17,11 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from portable import portable
-
 from attnmt.runs.folder import eval_json_path, read_saved_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
+
+from common import portable
 
 
 def summarize(run: Path) -> dict:

@@ -4,7 +4,7 @@ to keep freed memory by the environment variables (``MALLOC_MMAP_THRESHOLD_`` an
 attnmt leaves a user's setting alone), one with attnmt's own setting (``attnmt.runtime.allocator``).
 The resident memory (VmRSS) of each is read every ``--every`` seconds.
 
-    python benchmarks/allocator_growth.py runs/hansards-rnn --minutes 14   # 14 minutes, idle machine
+    PYTHONPATH=benchmarks python benchmarks/experiments/allocator_growth.py runs/hansards-rnn --minutes 14   # 14 minutes, idle machine
 
 Prints a table; writes benchmarks/results/allocator_growth.json.
 """
@@ -22,12 +22,13 @@ from pathlib import Path
 
 from allocator import VARIANTS as ALLOCATOR_VARIANTS
 from allocator import environment_with
-from portable import portable
 
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
-PROJECT = Path(__file__).resolve().parents[1]
+from common import portable
+
+PROJECT = Path(__file__).resolve().parents[2]
 VARIANTS = {
     "glibc, keep freed memory (environment)": ALLOCATOR_VARIANTS["glibc, keep freed memory (environment)"],
     "glibc, keep freed memory (attnmt)": ALLOCATOR_VARIANTS["glibc, keep freed memory (attnmt)"],

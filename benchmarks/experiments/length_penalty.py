@@ -6,9 +6,9 @@ larger values longer ones. The recipes use alpha 0.6. This decodes a split of ea
 alpha (beam ``--beam``) and prints BLEU, chrF and the output/reference length ratio, with the mean
 over the runs, so that alpha is chosen on validation and a test set is scored with it once.
 
-    python benchmarks/length_penalty.py runs/a runs/b --split valid --alphas 0.6 0.8 1.0 1.2 \\
+    PYTHONPATH=benchmarks python benchmarks/experiments/length_penalty.py runs/a runs/b --split valid --alphas 0.6 0.8 1.0 1.2 \\
         --json benchmarks/results/length_penalty.json
-    python benchmarks/length_penalty.py runs/a runs/b --split test_2016_flickr --alphas 1.0 --json ...
+    PYTHONPATH=benchmarks python benchmarks/experiments/length_penalty.py runs/a runs/b --split test_2016_flickr --alphas 1.0 --json ...
 
 The hypotheses of each (run, alpha) are not written; the run folders are left as they were.
 """
@@ -22,13 +22,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from portable import portable
-
 from attnmt.data.data_config import load_split
 from attnmt.decoding.translator import Translator
 from attnmt.evaluation.evaluate import compare_beam_sizes, data_of_run
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
+
+from common import portable
 
 
 def main(argv: list[str] | None = None) -> int:

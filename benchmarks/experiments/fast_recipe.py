@@ -1,8 +1,8 @@
 """The fast CPU recipe (configs/multi30k_rnn_fast.yaml) over seeds and time budgets: what `make demo`'s
 five minutes and a quarter of an hour of training give, as mean ± standard deviation.
 
-    python benchmarks/fast_recipe.py                      # seeds 1-3, 5 and 15 minutes: about 50 minutes
-    python benchmarks/fast_recipe.py --seeds 1 --minutes 5
+    PYTHONPATH=benchmarks python benchmarks/experiments/fast_recipe.py                      # seeds 1-3, 5 and 15 minutes: about 50 minutes
+    PYTHONPATH=benchmarks python benchmarks/experiments/fast_recipe.py --seeds 1 --minutes 5
 
 Each seed is one run, trained to 5 minutes and scored (test_2016_flickr, greedy and beam 5, with
 `benchmarks/recipe.py`), then resumed to 15 minutes and scored again; the JSON of each in
@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import recipe
-from portable import portable
 
 from attnmt.cli import main as attnmt_cli
 from attnmt.errors import ConfigError, ConfigMismatch
@@ -34,7 +33,9 @@ from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
-PROJECT = Path(__file__).resolve().parents[1]
+from common import portable
+
+PROJECT = Path(__file__).resolve().parents[2]
 CONFIG = PROJECT / "configs" / "multi30k_rnn_fast.yaml"
 RESULTS = PROJECT / "benchmarks" / "results"
 

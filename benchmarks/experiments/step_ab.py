@@ -5,9 +5,9 @@ takes it) runs on the same batches with each value of the lever, in the order A 
 round after round, so that a slow moment of the machine falls on every value. Reports each value's
 median target tokens/s, its ratio to the first value (the baseline), and how many rounds it lost.
 
-    python benchmarks/step_ab.py --lever adam --json benchmarks/results/step_ab_adam.json
-    python benchmarks/step_ab.py --lever dropout_mask --json benchmarks/results/step_ab_dropout_mask.json
-    python benchmarks/step_ab.py --lever cpu_bf16 configs/multi30k_rnn_fast.yaml --batches 20 --rounds 4 \\
+    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever adam --json benchmarks/results/step_ab_adam.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever dropout_mask --json benchmarks/results/step_ab_dropout_mask.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever cpu_bf16 configs/multi30k_rnn_fast.yaml --batches 20 --rounds 4 \\
         --json benchmarks/results/step_ab_cpu_bf16.json
 
 Levers:
@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import torch
-from portable import portable
 
 from attnmt.data import batch_indices, collate
 from attnmt.models.dropout import Dropout
@@ -47,7 +46,9 @@ from attnmt.training.distributed import DistributedContext
 from attnmt.training.optimizer import build_adam, load_adam_state
 from attnmt.training.step import backward_on_batch
 
-PROJECT = Path(__file__).resolve().parent.parent
+from common import portable
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def use_adam(parts, form: str) -> None:

@@ -7,8 +7,8 @@ faults and peak resident memory, and the median training target tokens/s from me
 With ``--evaluate RUN``, also the seconds of ``attnmt evaluate RUN --split valid --beam 5`` under
 each variant (does the setting pay for decoding?).
 
-    python benchmarks/allocator.py --steps 200 --rounds 2   # about 15 minutes, on an idle machine
-    python benchmarks/allocator.py --variants default environment attnmt --evaluate RUN
+    PYTHONPATH=benchmarks python benchmarks/experiments/allocator.py --steps 200 --rounds 2   # about 15 minutes, on an idle machine
+    PYTHONPATH=benchmarks python benchmarks/experiments/allocator.py --variants default environment attnmt --evaluate RUN
 
 Variants alternate within each round, so a drifting machine affects them alike. Prints a table;
 writes benchmarks/results/allocator.json.
@@ -28,12 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from portable import portable
-
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
-PROJECT = Path(__file__).resolve().parents[1]
+from common import portable
+
+PROJECT = Path(__file__).resolve().parents[2]
 LIBRARIES = Path("/usr/lib/x86_64-linux-gnu")
 VARIANTS = {
     "glibc (default)": {"ATTNMT_ALLOCATOR": "system"},

@@ -9,7 +9,7 @@ Prints a table and writes the ``teacher`` section of ``benchmarks/results/alignm
 other sections are kept), with the chosen configuration's test links, so that students are paired
 with their teacher on the same bootstrap redraws.
 
-    python benchmarks/alignment_teacher.py          # needs attnmt[align] (eflomal)
+    PYTHONPATH=benchmarks python benchmarks/experiments/alignment_teacher.py          # needs attnmt[align] (eflomal)
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from alignment_common import (
+from attnmt.alignment.eflomal import EFLOMAL_METHODS, directional_links, eflomal_directions
+from attnmt.alignment.protocol import chosen_on_trial, scored_row
+from attnmt.data.link_files import format_pharaoh
+
+from common import (
     RESULTS,
     gold_splits,
     package_version,
@@ -29,10 +33,6 @@ from alignment_common import (
     training_words,
     write_section,
 )
-
-from attnmt.alignment.eflomal import EFLOMAL_METHODS, directional_links, eflomal_directions
-from attnmt.alignment.protocol import chosen_on_trial, scored_row
-from attnmt.data.link_files import format_pharaoh
 
 
 def main() -> int:

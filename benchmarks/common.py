@@ -1,25 +1,60 @@
-"""What the alignment benchmarks share: where the Hansards data and the gold are, the results file
-(one section per question, the others kept), the published figures, and printing a table of rows.
+"""What the benchmarks share.
 
-The protocol itself (choose on trial, score on test, paired bootstrap, error analysis) is a tested
-module of the library: ``attnmt.alignment.protocol``.
+- Result files name paths the way any machine can read them: relative to the project, or to the
+  data folder as ``$ATTNMT_DATA/...``; never the absolute path of the machine that wrote them
+  (``portable``).
+- The alignment benchmarks' data: where the Hansards data and the gold are, the results file (one
+  section per question, the others kept), the published figures, and printing a table of rows. The
+  protocol itself (choose on trial, score on test, paired bootstrap, error analysis) is a tested
+  module of the library: ``attnmt.alignment.protocol``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
+import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from portable import DATA, PROJECT, portable
 
 from attnmt.alignment.protocol import GoldSplit, read_gold_split
 from attnmt.data.corpus import read_parallel
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
+
+PROJECT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ATTNMT_SHARED_DATA", PROJECT.parent / "shared" / "data")).resolve()
+_ABSOLUTE = re.compile(r"(?<![\w.])(/[^\s,;:'\"()]+)")
+
+
+def _relative(match: re.Match) -> str:
+    path = Path(os.path.normpath(match.group(1)))
+    for root, name in ((DATA, "$ATTNMT_DATA"), (PROJECT, None)):
+        try:
+            inside = path.relative_to(root)
+        except ValueError:
+            continue
+        return f"{name}/{inside}" if name else str(inside)
+    return match.group(1)
+
+
+def portable(value: Any) -> Any:
+    """``value`` (JSON-ready data) with every absolute path inside its strings made relative."""
+    if isinstance(value, str):
+        return _ABSOLUTE.sub(_relative, value)
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item) for item in value]
+    return value
+
+
+# ---- the alignment benchmarks
 
 HANSARDS = DATA / "hansards-en-fr"
 GOLD = DATA / "alignment-gold" / "hansards-en-fr"

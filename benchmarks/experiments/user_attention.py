@@ -5,7 +5,7 @@ that attnmt asks one decoding step at a time (examples/my_attention.py:MyAttenti
 attention_dim = kq_dim = 512, so they do the same arithmetic. Also times `attnmt check` on the
 forward-form example.
 
-    python benchmarks/user_attention.py --steps 150 --rounds 2   # about 12 minutes, on an idle machine
+    PYTHONPATH=benchmarks python benchmarks/experiments/user_attention.py --steps 150 --rounds 2   # about 12 minutes, on an idle machine
 
 Training target tokens/s is the median of the trainer's own "train" records after the first.
 Variants alternate within each round, so a drifting machine affects them alike; the ratio to the
@@ -25,12 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from portable import portable
-
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
-PROJECT = Path(__file__).resolve().parents[1]
+from common import portable
+
+PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT / "examples" / "my_attention.py"
 VARIANTS = {
     "built-in scaled_dot": ["--attention", "scaled_dot", "--set", "model.attention_options={kq_dim: 512}"],

@@ -13,7 +13,7 @@ trial's choices; the best single setting is then also scored on test and paired 
 Prints a table and writes the ``teacher_settings`` section of ``benchmarks/results/alignment.json``
 (or the one ``--section`` names; the other sections are kept).
 
-    python benchmarks/alignment_teacher_settings.py --eflomal-samplers 3 8 --eflomal-prefix 0 5 [--eflomal-vote]
+    PYTHONPATH=benchmarks python benchmarks/experiments/alignment_teacher_settings.py --eflomal-samplers 3 8 --eflomal-prefix 0 5 [--eflomal-vote]
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import platform
 import sys
 import time
 from pathlib import Path
-
-from alignment_common import RESULTS, gold_splits, package_version, require_data, training_words, write_section
 
 from attnmt.alignment.eflomal import (
     EFLOMAL_METHODS,
@@ -37,6 +35,8 @@ from attnmt.alignment.protocol import chosen_on_trial, paired, score_links, scor
 from attnmt.data.link_files import format_pharaoh
 from attnmt.errors import ConfigError
 from attnmt.runtime.tables import format_table
+
+from common import RESULTS, gold_splits, package_version, require_data, training_words, write_section
 
 
 def rows_of(rows: dict[str, dict], settings: EflomalSettings) -> dict[str, dict]:
