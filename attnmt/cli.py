@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 #: commands whose process keeps freed memory in glibc (attnmt.runtime.allocator): those that run a
-#: model over a corpus (docs/results.md, "The memory allocator"); train and compare get it from the
+#: model over a corpus (docs/experiments.md, "A training step's speed"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
 KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve"}
 

@@ -1,6 +1,9 @@
 """Every figure in README.md and docs/*.md is the value of one key of a results file.
 
-A table or a paragraph with figures is preceded by a comment that names, in order, the key of each
+The results pages (docs/results.md, docs/experiments.md) are written by scripts/render_docs.py
+from docs/templates/ and the result files: each committed page must be what it writes, and a
+template may not type a decimal figure. Elsewhere (README.md, docs/mechanisms.md, ...) a table or
+a paragraph with figures is preceded by a comment that names, in order, the key of each
 figure in it (the lines after the comment, up to a blank line)::
 
     <!-- figures from alignment.json:students_plustest_120
@@ -21,13 +24,13 @@ label) and of a column of settings (a "method", "configuration" or "shapes"), bu
 parentheses, row by row; in a paragraph every number but for code spans (commands, settings,
 signatures), integers below 10 ("2 cores", "beam 5") and years. A figure printed
 with d decimals must equal its key's value rounded to d places (a tie may round either way), as a
-percentage when followed by %, in millions with M, in microseconds with µs. On the results pages
-(docs/results.md, docs/alignment-history.md) a table or paragraph with a decimal figure or a
-percentage must be marked. Result files name no absolute path of the machine that wrote them.
+percentage when followed by %, in millions with M, in microseconds with µs. Result files name no
+absolute path of the machine that wrote them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import re
@@ -39,6 +42,10 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
 RESULTS = PROJECT / "benchmarks" / "results"
+_SPEC = importlib.util.spec_from_file_location("render_docs", PROJECT / "scripts" / "render_docs.py")
+assert _SPEC is not None and _SPEC.loader is not None
+render_docs = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(render_docs)
 DOCS = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- figures from (\S+)(.*?)-->", re.DOTALL)
 FIGURE = re.compile(r"(?<![\w.])(?<!\d,)([-+−]?)(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(M|%| µs)?(?!\w|[.,]\d)")
@@ -140,34 +147,52 @@ def test_every_figure_is_the_value_of_its_key(doc, line, file, base, keys, block
     assert not problems, problems
 
 
-def _unmarked_blocks(doc: Path):
-    """The paragraphs and tables of ``doc`` (outside code blocks) that no marker precedes."""
-    text = MARKER.sub("\x00", doc.read_text(encoding="utf-8"))  # a marker: a line of its own
-    in_code, block = False, []
-    for line in [*text.split("\n"), ""]:
-        if line.startswith("```"):
-            in_code = not in_code
-        elif in_code:
-            continue
-        elif line.strip():
-            block.append(line)
-        else:
-            if block and not block[0].startswith("\x00"):
-                yield block
-            block = []
+PAGES = render_docs.pages()
 
 
-RESULT_PAGES = [PROJECT / "docs" / "results.md", PROJECT / "docs" / "alignment-history.md"]
+@pytest.mark.parametrize("template, page", PAGES, ids=[page.name for _, page in PAGES])
+def test_each_results_page_is_what_its_template_and_the_files_write(template, page):
+    assert page.read_text(encoding="utf-8") == render_docs.render(template), (
+        f"{page.name} differs from what python scripts/render_docs.py writes")
 
 
-@pytest.mark.parametrize("doc", RESULT_PAGES, ids=[doc.name for doc in RESULT_PAGES])
-def test_every_block_with_a_measured_figure_is_marked(doc):
-    unmarked = []
-    for block in _unmarked_blocks(doc):
-        text = _strip_code(" ".join(line for line in block if not line.startswith("#")))
-        if any("." in number or unit for _, number, unit in FIGURE.findall(text)):
-            unmarked.append(block[0][:80])
-    assert not unmarked, f"paragraphs or tables with figures but no marker: {unmarked}"
+def test_the_results_page_is_one_page():
+    assert (PROJECT / "docs" / "results.md").read_text(encoding="utf-8").count("\n") <= 450
+
+
+def test_a_figure_nudged_in_a_page_or_in_its_file_fails(monkeypatch):
+    template, page = next((t, p) for t, p in PAGES if p.name == "results.md")
+    text = page.read_text(encoding="utf-8")
+    figure = re.search(r"\b(\d+)\.(\d{4})\b", text)  # the first figure printed with 4 decimals
+    nudged = f"{figure.group(1)}.{int(figure.group(2)) + 1:04d}"
+    assert text.replace(figure.group(0), nudged, 1) != render_docs.render(template)
+    name, pointer = "alignment.json", "/students_plustest_120/rows/both, agreement >= 0.4/aer"
+    data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    data["students_plustest_120"]["rows"]["both, agreement >= 0.4"]["aer"] += 0.0001
+    monkeypatch.setattr(render_docs, "_results", lambda file: data if file == name else _results(file))
+    assert render_docs.lookup(name, pointer) == pytest.approx(0.0485, abs=5e-5)
+    assert render_docs.render(template) != text
+
+
+def test_a_template_may_not_type_a_figure(tmp_path):
+    template = tmp_path / "page.md"
+    for typed in ("BLEU 41.48 with beam 5", "better in 99% of the redraws"):
+        template.write_text(f"# A page\n\n{typed}\n", encoding="utf-8")
+        with pytest.raises(render_docs.TemplateError, match="is typed"):
+            render_docs.render(template)
+    template.write_text("`--alpha 1.2`, τ = {=0.4} and {{beam_sizes.json#/results/1/bleu|.2f}}\n", encoding="utf-8")
+    assert render_docs.render(template).endswith("`--alpha 1.2`, τ = 0.4 and 41.48\n")
+    template.write_text("{{beam_sizes.json#/results/9/bleu|.2f}}\n", encoding="utf-8")
+    with pytest.raises(render_docs.TemplateError, match="is not in benchmarks/results/"):
+        render_docs.render(template)
+
+
+def test_placeholders_print_units_and_signs():
+    assert render_docs.format_figure(0.4567, "%.1f") == "45.7%"
+    assert render_docs.format_figure(4410000, "M.2f") == "4.41M"
+    assert render_docs.format_figure(4.5e-5, "µs.0f") == "45 µs"
+    assert render_docs.format_figure(-0.0039, ".4f") == "−0.0039"
+    assert render_docs.format_figure(12345.0, ",.0f") == "12,345"
 
 
 def test_the_check_tells_a_near_figure_from_the_right_one():

@@ -23,7 +23,7 @@ sentence pairs, an English vocabulary e (V_e words) and a French one f (V_f word
 Why this association: on the 37 trial pairs of the HLT-NAACL 2003 Hansards gold it aligns better
 than PPMI (Levy & Goldberg's recipe), and keeping only the pairs that co-occur more often than
 chance, or subtracting the chance co-occurrence, changed nothing that mattered (the figures:
-docs/alignment-history.md, "Vectors for alignment"). No monolingual context windows are added:
+docs/experiments.md, "Word alignment"). No monolingual context windows are added:
 they pull words of one topic together, which helps similarity tasks but blurs exactly the
 distinctions alignment needs (``economic`` vs ``european``). The SVD is the slow step; a higher
 rank aligns better but costs several times more.

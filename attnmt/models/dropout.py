@@ -9,7 +9,7 @@ In training, each element of x is kept with probability q and scaled by 1/q, so 
 - ``"bytes"``: one random byte u_i per element, uniform on {0, …, 255}, and m_i = [u_i ≥ k] with
   k = round(256 p), at most 255. Then q = 1 − k/256: p = 0.2 drops with probability 51/256 ≈ 0.1992.
   The bytes come eight to one 64-bit draw, so the mask costs a fraction of ``F.dropout``'s on a
-  CPU (docs/results.md, "What a dropout mask costs"). Other masks than ``F.dropout``'s, so the same
+  CPU (docs/experiments.md, "A training step's speed"). Other masks than ``F.dropout``'s, so the same
   seed trains other numbers: that is why it is not the default.
 
 Outside training, and for p = 0 (or k = 0), both return x unchanged.

@@ -108,7 +108,7 @@ class TrainingConfig:
     lr                       Adam learning rate
     adam                     how Adam's update runs (the same equations, rounded apart by ~1e-7):
                              "fused", one kernel over every weight (the default, several times faster
-                             than "for_loop" on a CPU: docs/results.md, "Adam in one kernel"); "foreach",
+                             than "for_loop" on a CPU: docs/experiments.md, "A training step's speed"); "foreach",
                              one operation over a list of weights; "for_loop", one weight at a time;
                              "pytorch", PyTorch's own choice (foreach on CUDA, else for_loop), which
                              a run saved before this option resumes with
@@ -149,7 +149,7 @@ class TrainingConfig:
                              (matrix products in 16 bits; weights, gradients, optimizer state, the
                              loss and all validation stay float32); fp16 scales the loss with a
                              GradScaler saved in the checkpoint (attnmt.runtime.precision). bf16 trains
-                             faster on CPUs with AVX512-BF16 or AMX (docs/results.md, "Precision"),
+                             faster on CPUs with AVX512-BF16 or AMX (docs/experiments.md, "A training step's speed"),
                              possibly slower on others
     guide_weight             λ of the guided-alignment loss, used when ``data.train_links`` is set
                              (attnmt.models.losses): loss = CE + λ · Σ −A log a / target tokens

@@ -3,7 +3,7 @@
 A training step allocates and frees the same large tensors at every step. glibc as it comes hands
 blocks over ``M_MMAP_THRESHOLD`` (128 KiB, rising to at most 32 MiB) back to the system at every
 ``free`` and trims the top of its heap, so the next step maps those pages again and faults each one
-in: on 2 cores a third of the training time (docs/results.md, "The memory allocator").
+in: on 2 cores a third of the training time (docs/experiments.md, "A training step's speed").
 ``keep_freed_memory`` sets, through ``mallopt``:
 
     M_MMAP_THRESHOLD = 1 GiB    blocks up to 1 GiB come from the heap, not from mmap
@@ -15,7 +15,7 @@ for every user and every way of calling attnmt (the command line, ``attnmt.train
 ``compare``). A heap that keeps everything fragments: on batches of ever-changing shapes its
 resident memory keeps growing (the Hansards recipe: past 8 GiB in 12 minutes), and giving the free
 pages back (``malloc_trim``) does not hold it, as the next steps touch them again within a minute
-(docs/results.md, "The memory allocator"). For long runs tcmalloc or jemalloc (``LD_PRELOAD``) train
+(docs/experiments.md, "A training step's speed"). For long runs tcmalloc or jemalloc (``LD_PRELOAD``) train
 as fast with steady memory; attnmt then leaves the allocator alone. The trainer records the
 resident memory (``resident_gib``).
 

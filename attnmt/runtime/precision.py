@@ -5,7 +5,7 @@ in bfloat16 or float16, on whatever device runs them; weights, gradients, optimi
 and log-probabilities stay float32 (``attnmt.models.common.log_probabilities``). fp16 has a narrow
 range, so its training scales the loss by a dynamic factor (``torch.amp.GradScaler``) whose state
 is saved with the checkpoint; bf16 has float32's range and needs none. On CPUs with AVX512-BF16 or
-AMX, bf16 runs the products faster (docs/results.md, "Precision"); on GPUs both 16-bit types use
+AMX, bf16 runs the products faster (docs/experiments.md, "A training step's speed"); on GPUs both 16-bit types use
 the tensor cores. A CPU without bf16 arithmetic (no ``avx512_bf16`` or ``amx_bf16`` among its
 flags, an AVX2 one say) can only emulate it: there the fast RNN recipe trained at 537 target
 tokens/s in bf16 against 6,500 in fp32, so ``effective_precision`` runs fp32 instead and

@@ -7,7 +7,7 @@ After every optimizer step t = 1, 2, ... each trained parameter θ updates its a
 
 The average changes less from step to step than θ does, so it sits nearer the bottom of the valley
 the optimizer bounces across: with a large constant learning rate and a budget of minutes, it
-scores better than the last weights (docs/results.md, "A good translator in minutes"). Validation,
+scores better than the last weights (docs/experiments.md, "A good translator in minutes"). Validation,
 ``best.pt`` and ``last.pt``'s ``model`` hold the average, so every command that reads a run uses
 it; ``last.pt`` also keeps the weights being trained, to continue from them.
 """

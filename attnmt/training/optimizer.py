@@ -7,7 +7,7 @@ For every weight θ with gradient g, at step t (β₁ = 0.9, β₂ = 0.999, ε =
 
 - ``fused``: one kernel walks every weight once (PyTorch's ``fused=True``); on a CPU a step of the
   fast RNN recipe's 2.1M weights takes a fraction of the time of the other forms
-  (``benchmarks/experiments/step_ab.py --lever adam``; docs/results.md, "Adam in one kernel");
+  (``benchmarks/experiments/step_ab.py --lever adam``; docs/experiments.md, "A training step's speed");
 - ``foreach``: each operation above runs once over the list of weights;
 - ``for_loop``: the operations run weight by weight, a dozen small kernels each;
 - ``pytorch``: PyTorch's own choice, foreach on CUDA and for_loop elsewhere. Runs saved before
