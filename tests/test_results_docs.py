@@ -35,7 +35,6 @@ import itertools
 import json
 import re
 import shlex
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -61,20 +60,9 @@ def _expand(token: str) -> list[str]:
     return ["".join(combination) for combination in itertools.product(*choices)]
 
 
-@cache
-def _results(name: str):
-    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
-
-
-def _lookup(name: str, path: str):
-    value = _results(name)
-    for escaped in filter(None, path.split("/")):
-        key = escaped.replace("~1", "/").replace("~0", "~")
-        if isinstance(value, list):
-            value = value[int(key)]
-        else:
-            value = value[key]
-    return value
+# the result files as the page writer reads them (render_docs caches them)
+_results = render_docs._results
+_lookup = render_docs.lookup
 
 
 def _strip_code(text: str) -> str:
