@@ -197,3 +197,17 @@ def test_result_files_hold_no_absolute_paths_of_this_machine():
     for path in sorted(RESULTS.rglob("*.json")):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"(?<![\w.])/(work|root|home|tmp)/", text), path.name
+
+
+def test_the_changelog_has_the_usual_form_and_no_figures():
+    """A section per version, its entries under Added / Changed / Deprecated / Removed / Fixed /
+    Security, and no measured figure: those live on the results pages."""
+    text = (PROJECT / "CHANGELOG.md").read_text(encoding="utf-8")
+    versions = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    assert versions[0] == "Unreleased" and all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in versions[1:])
+    kinds = set(re.findall(r"^### (.+)$", text, flags=re.MULTILINE))
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
+    prose = re.sub(r"`[^`]*`", "", text)
+    figures = [m.group(0) for m in re.finditer(r"(?<![\w.§])\d+\.\d+(?![\w.])|\d+(?:\.\d+)?(?:%|×)", prose)
+               if not re.fullmatch(r"0\.\d|2\.3", m.group(0))]  # versions: "until 0.3", "torch 2.3"
+    assert figures == [], figures
