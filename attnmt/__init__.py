@@ -37,7 +37,7 @@ _HOMES = {
     "load_config": "attnmt.runs.run_config",
     # translating, evaluating, training
     "Translator": "attnmt.decoding.translator",
-    "Translation": "attnmt.decoding.translator",
+    "Translation": "attnmt.decoding.base",
     "HFTranslator": "attnmt.decoding.hf",
     "evaluate_run": "attnmt.evaluation.evaluate",
     "train": "attnmt.workflows",
@@ -84,7 +84,7 @@ def _show_translations_in_ipython() -> None:
     if not formatters or "text/html" not in formatters:
         return
     for name in ("Translation", "Translations"):
-        formatters["text/html"].for_type_by_name("attnmt.decoding.translator", name, _translations_html)
+        formatters["text/html"].for_type_by_name("attnmt.decoding.base", name, _translations_html)
 
 
 _show_translations_in_ipython()

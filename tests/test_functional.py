@@ -66,7 +66,7 @@ def reference_attention(q, k, v, mask):
        d_v=st.sampled_from([1, 5]), logit_scale=st.sampled_from([1.0, 50.0, 2500.0]),
        mask_kind=st.sampled_from(["none", "random", "padding", "causal", "padding+causal"]))
 @pytest.mark.slow
-def test_float64_attention_matches_the_reference(
+def test_float64_attention_matches_the_reference(  # noqa: PLR0913 (one parameter of the grid each)
     need_weights, seed, batch, num_queries, num_keys, d_k, d_v, logit_scale, mask_kind
 ):
     # logit_scale 2500 with unit-normal q, k and d_k up to 16 gives scores up to about ±1e4.

@@ -137,7 +137,7 @@ def test_local_m_differs_from_local_p_only_in_the_centre_and_the_gaussian():
     assert not torch.allclose(paper(query, keys, values, mask)[1], local_m(query, keys, values, mask)[1])
 
 
-def multihead_by_the_paper(query, keys, values, lengths, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, heads: int):
+def multihead_by_the_paper(query, keys, values, lengths, w_q, b_q, w_k, b_k, w_v, b_v, w_o, b_o, heads: int):  # noqa: PLR0913 (every weight of the layer, as the paper names them)
     """Vaswani et al. 2017, §3.2.2, one query at a time: head_i = Σ_s softmax_s(q_i·k_is / √d) v_is,
     output = W^O [head_1; …; head_h] + b^O. query [B, Lq, E], keys/values [B, S, *]."""
     batch, query_length, _ = query.shape

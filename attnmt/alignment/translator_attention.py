@@ -215,7 +215,7 @@ class TranslatorAligner:
     num_threads  torch threads (None = leave torch's setting)
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the reading options of `attnmt align --model`, each a keyword)
         self,
         run,
         checkpoint: str = "best",

@@ -274,6 +274,41 @@ class _WordIndexUnpickler(pickle.Unpickler):
         raise _Refused("a persistent id")
 
 
+def _read_word_index(path: Path) -> dict[str, int]:
+    """The pickled ``{word: row}`` dict, read by the restricted unpickler; DataError otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            mapping = _WordIndexUnpickler(handle).load()
+    except _Refused as refused:
+        advice = ("; write the indices as Python ints ({word: int(index) ...}) or use .vec"
+                  if "numpy" in str(refused) else "")
+        raise DataError(f"{path}: refused to read it: it holds {refused}, and a word -> index pickle "
+                        f"holds only a dict of str -> int; nothing of the file was built{advice}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError, MemoryError) as error:
+        raise DataError(f"{path}: not a readable pickle ({error})") from None
+    if not isinstance(mapping, dict):
+        raise DataError(f"{path}: expected a pickled dict word -> index, got {type(mapping).__name__}")
+    for word, row in mapping.items():
+        if not isinstance(word, str) or isinstance(row, bool) or not isinstance(row, (int, np.integer)):
+            raise DataError(f"{path}: expected str -> int entries, found {word!r} -> {row!r}")
+    return mapping
+
+
+def _read_embeddings(path: Path) -> np.ndarray:
+    """The ``embeddings`` [V, d] array of an ``.npz`` read without pickles; DataError otherwise."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if "embeddings" not in archive.files:
+                raise DataError(f"{path}: no 'embeddings' array (it holds {', '.join(archive.files) or 'nothing'})")
+            embeddings = archive["embeddings"]
+    except (zipfile.BadZipFile, OSError, ValueError) as error:
+        raise DataError(f"{path}: not a readable .npz archive ({error})") from None
+    if embeddings.ndim != 2 or embeddings.dtype.kind not in "fiu":
+        raise DataError(f"{path}: 'embeddings' must be a numeric [V, d] array, got {embeddings.dtype} "
+                        f"{embeddings.shape}")
+    return embeddings
+
+
 def load_pickle_npz_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
     """Read the pickle + npz format: a pickled ``{word: row}`` dict and an ``.npz`` with ``embeddings``.
 
@@ -287,37 +322,8 @@ def load_pickle_npz_vectors(word2int_path: str | Path, embeddings_path: str | Pa
     for path in (word2int_path, embeddings_path):
         if not path.is_file():
             raise DataError(f"{path}: file not found")
-    try:
-        with open(word2int_path, "rb") as handle:
-            mapping = _WordIndexUnpickler(handle).load()
-    except _Refused as refused:
-        advice = ("; write the indices as Python ints ({word: int(index) ...}) or use .vec"
-                  if "numpy" in str(refused) else "")
-        raise DataError(f"{word2int_path}: refused to read it: it holds {refused}, and a word -> index pickle "
-                        f"holds only a dict of str -> int; nothing of the file was built{advice}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError, MemoryError) as error:
-        raise DataError(f"{word2int_path}: not a readable pickle ({error})") from None
-    if not isinstance(mapping, dict):
-        raise DataError(f"{word2int_path}: expected a pickled dict word -> index, got {type(mapping).__name__}")
-    for word, row in mapping.items():
-        if not isinstance(word, str) or isinstance(row, bool) or not isinstance(row, (int, np.integer)):
-            raise DataError(
-                f"{word2int_path}: expected str -> int entries, found {word!r} -> {row!r}"
-            )
-    try:
-        with np.load(embeddings_path, allow_pickle=False) as archive:
-            if "embeddings" not in archive.files:
-                raise DataError(
-                    f"{embeddings_path}: no 'embeddings' array (it holds {', '.join(archive.files) or 'nothing'})"
-                )
-            embeddings = archive["embeddings"]
-    except (zipfile.BadZipFile, OSError, ValueError) as error:
-        raise DataError(f"{embeddings_path}: not a readable .npz archive ({error})") from None
-    if embeddings.ndim != 2 or embeddings.dtype.kind not in "fiu":
-        raise DataError(
-            f"{embeddings_path}: 'embeddings' must be a numeric [V, d] array, got {embeddings.dtype} "
-            f"{embeddings.shape}"
-        )
+    mapping = _read_word_index(word2int_path)
+    embeddings = _read_embeddings(embeddings_path)
     items = sorted(mapping.items(), key=lambda item: int(item[1]))
     for word, row in items:
         if not 0 <= int(row) < embeddings.shape[0]:

@@ -49,6 +49,8 @@ SPEED_SIZE = {"batch": 64, "source": 24, "steps": 24, "dim": 256, "heads": 4}
 
 @dataclass
 class PropertyResult:
+    """One property of a mechanism as ``attnmt check`` found it."""
+
     name: str
     status: str  # "pass", "fail", "n/a" or "info"
     detail: str = ""  # the counterexample of a failure, or what was measured
@@ -56,6 +58,8 @@ class PropertyResult:
 
 @dataclass
 class CheckReport:
+    """Every property checked for one mechanism (``spec``) in one model kind and contract form."""
+
     spec: str
     model: str
     form: str

@@ -156,30 +156,8 @@ def _check_options(args: argparse.Namespace) -> None:
     would be silently ignored)."""
     from attnmt.errors import ConfigError
 
-    if args.threshold is not None:
-        if args.method is not None:
-            raise ConfigError("give --method or --threshold, not both")
-        if args.eflomal:
-            raise ConfigError("--threshold needs attention weights; --eflomal gives links (choose them with --method)")
-        if not 0 < args.threshold <= 1:
-            raise ConfigError(f"--threshold must be in (0, 1], got {args.threshold}")
-    args.method = args.method or "intersect"
-    if args.eflomal:
-        from attnmt.alignment.eflomal import EFLOMAL_METHODS
-
-        others = [flag for flag, value in (("--vectors", args.vectors), ("--model", args.model), ("--hf", args.hf))
-                  if value is not None]
-        if others:
-            raise ConfigError(f"--eflomal aligns on its own; it does not combine with {', '.join(others)}")
-        for flag, method in (("--method", args.method), ("--possible", args.possible)):
-            if method is not None and method not in EFLOMAL_METHODS:
-                raise ConfigError(f"{flag} {method} needs attention weights; with --eflomal choose one of "
-                                  f"{', '.join(EFLOMAL_METHODS)}")
-        _eflomal_settings(args)  # out-of-range values fail before any file is read
-    else:
-        given = [name for name in EFLOMAL_OPTIONS if getattr(args, name, None) is not None]
-        if given:
-            raise ConfigError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: only with --eflomal")
+    _check_reading(args)
+    _check_eflomal_options(args)
     if (args.also_src is None) != (args.also_tgt is None):
         raise ConfigError("give both --also-src and --also-tgt, or neither")
     if args.model is None and args.vectors is None and args.hf is None and not args.eflomal:
@@ -200,6 +178,42 @@ def _check_options(args: argparse.Namespace) -> None:
             raise ConfigError("--vector-weight: only with both --vectors and --model (it weighs one against the other)")
         if not 0.0 <= args.vector_weight <= 1.0:
             raise ConfigError(f"--vector-weight must be in [0, 1], got {args.vector_weight}")
+
+
+def _check_reading(args: argparse.Namespace) -> None:
+    """--threshold or --method (default intersect), never both; a threshold in (0, 1]."""
+    from attnmt.errors import ConfigError
+
+    if args.threshold is not None:
+        if args.method is not None:
+            raise ConfigError("give --method or --threshold, not both")
+        if args.eflomal:
+            raise ConfigError("--threshold needs attention weights; --eflomal gives links (choose them with --method)")
+        if not 0 < args.threshold <= 1:
+            raise ConfigError(f"--threshold must be in (0, 1], got {args.threshold}")
+    args.method = args.method or "intersect"
+
+
+def _check_eflomal_options(args: argparse.Namespace) -> None:
+    """--eflomal aligns alone, with its own methods and settings; its settings need it."""
+    from attnmt.errors import ConfigError
+
+    if not args.eflomal:
+        given = [name for name in EFLOMAL_OPTIONS if getattr(args, name, None) is not None]
+        if given:
+            raise ConfigError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: only with --eflomal")
+        return
+    from attnmt.alignment.eflomal import EFLOMAL_METHODS
+
+    others = [flag for flag, value in (("--vectors", args.vectors), ("--model", args.model), ("--hf", args.hf))
+              if value is not None]
+    if others:
+        raise ConfigError(f"--eflomal aligns on its own; it does not combine with {', '.join(others)}")
+    for flag, method in (("--method", args.method), ("--possible", args.possible)):
+        if method is not None and method not in EFLOMAL_METHODS:
+            raise ConfigError(f"{flag} {method} needs attention weights; with --eflomal choose one of "
+                              f"{', '.join(EFLOMAL_METHODS)}")
+    _eflomal_settings(args)  # out-of-range values fail before any file is read
 
 
 def _vector_aligner(args: argparse.Namespace):

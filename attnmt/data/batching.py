@@ -196,7 +196,7 @@ def shard(batches: list[T], rank: int, world_size: int) -> list[T]:
     return padded[rank::world_size]
 
 
-def batch_indices(
+def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, each a keyword)
     src_lengths: Sequence[int],
     tgt_lengths: Sequence[int] | None,
     max_tokens: int | None = 4096,
@@ -249,7 +249,7 @@ def batch_indices(
     return shard(batches, rank, world_size)
 
 
-def make_batches(
+def make_batches(  # noqa: PLR0913 (the batching settings of the data section, each a keyword)
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]],
     max_tokens: int | None = 4096,

@@ -123,6 +123,17 @@ class DataConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid value."""
+        self._check_source()
+        if self.data_dir is not None and not isinstance(self.data_dir, (str, Path)):
+            raise ConfigError(f"data.data_dir: must be a folder path or null, got {self.data_dir!r}")
+        if self.train_links is not None:
+            if not isinstance(self.train_links, (str, Path)) or not str(self.train_links).strip():
+                raise ConfigError(f"data.train_links: must be a file path or null, got {self.train_links!r}")
+            self.train_links = str(self.train_links)
+        self._check_tokenizer_and_batches()
+
+    def _check_source(self) -> None:
+        """The dataset or the files, and the two languages."""
         if self.dataset is not None and self.dataset not in DATASETS:
             raise ConfigError(
                 f"data.dataset: unknown dataset {self.dataset!r}; valid: {', '.join(DATASETS)}, "
@@ -149,12 +160,9 @@ class DataConfig:
                 )
         if self.dataset is None and self.train is None:
             raise ConfigError("data: give either dataset: multi30k or train: [src_file, tgt_file]")
-        if self.data_dir is not None and not isinstance(self.data_dir, (str, Path)):
-            raise ConfigError(f"data.data_dir: must be a folder path or null, got {self.data_dir!r}")
-        if self.train_links is not None:
-            if not isinstance(self.train_links, (str, Path)) or not str(self.train_links).strip():
-                raise ConfigError(f"data.train_links: must be a file path or null, got {self.train_links!r}")
-            self.train_links = str(self.train_links)
+
+    def _check_tokenizer_and_batches(self) -> None:
+        """The sentencepiece settings and the batch sizes."""
         _check_int("vocab_size", self.vocab_size, minimum=5)
         if self.vocab_size > 1_000_000:
             raise ConfigError(f"data.vocab_size: must be at most 1000000 subword pieces, got {self.vocab_size!r}")

@@ -199,7 +199,7 @@ def _save_model(path: Path, proto: bytes, overwrite: bool) -> Path:
     return write_bytes_atomic(path, proto)
 
 
-def train_tokenizer(
+def train_tokenizer(  # noqa: PLR0913 (sentencepiece's settings, each a keyword)
     texts: Sequence[str] | Mapping[str, Sequence[str]],
     vocab_size: int = 8000,
     model_type: str = "unigram",
@@ -411,7 +411,7 @@ class Tokenizers:
             raise DataError(f"checkpoint tokenizer state is malformed ({error!r})") from None
 
 
-def train_tokenizers(
+def train_tokenizers(  # noqa: PLR0913 (sentencepiece's settings, each a keyword)
     src_texts: Sequence[str],
     tgt_texts: Sequence[str],
     vocab_size: int = 8000,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.decoding.translator import Translation, Translations, source_texts
+from attnmt.decoding.base import BaseTranslator, Translation, Translations, source_texts
 from attnmt.errors import ConfigError
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, SpecialIds, force_decode
 from attnmt.models.saliency import SaliencyOptions, saliency
@@ -79,7 +79,7 @@ class HFReadout(torch.nn.Module):
         return output.logits, torch.stack(output.cross_attentions, dim=1)
 
 
-class HFTranslator:
+class HFTranslator(BaseTranslator):
     """A Hugging Face encoder–decoder model with attnmt's translator interface (module docstring)."""
 
     @renamed_parameters(search="search_config")
@@ -96,13 +96,6 @@ class HFTranslator:
         self.decoder_start = int(decoder_start)
         self.specials = SpecialIds(pad=int(tokenizer.pad_token_id), start=self.decoder_start)
         self.readout = HFReadout(self.model, name).eval()  # the wrapper keeps the model in eval mode
-
-    @property
-    def search(self) -> SearchConfig:
-        """Deprecated name of ``search_config`` (removed in 0.3)."""
-        warnings.warn("HFTranslator.search is deprecated; use HFTranslator.search_config", DeprecationWarning,
-                      stacklevel=2)
-        return self.search_config
 
     @classmethod
     def load(cls, name: str, device: str = "auto") -> HFTranslator:
@@ -239,15 +232,10 @@ class HFTranslator:
         return force_decode(self.readout, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
                             specials=self.specials, progress=progress)
 
-    def read_attention(self, translations: Sequence[Translation], progress: bool = False) -> list[np.ndarray]:
-        """Every layer's and head's cross-attention of each translation's output, force-decoded:
-        one [L, h, T, S] float32 array each."""
-        sources = [self.tokenizer.convert_tokens_to_ids(t.src_pieces) for t in translations]
-        outputs = [self.tokenizer.convert_tokens_to_ids(t.out_pieces) for t in translations]
-        weights: list[np.ndarray] = [np.empty(0)] * len(translations)
-        for index, reading in self.force_decode(sources, outputs, progress=progress):
-            weights[index] = reading.weights
-        return weights
+    def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
+        """The source and output piece ids of ``translations`` under the model's tokenizer."""
+        return ([self.tokenizer.convert_tokens_to_ids(t.src_pieces) for t in translations],
+                [self.tokenizer.convert_tokens_to_ids(t.out_pieces) for t in translations])
 
     def saliency(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
@@ -256,20 +244,3 @@ class HFTranslator:
         """``attnmt.models.saliency.saliency`` with this model and its special ids."""
         return saliency(self.readout, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
                         max_tokens=max_tokens, specials=self.specials, progress=progress)
-
-    def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
-                      progress: bool = False) -> list[np.ndarray]:
-        """The gradient saliency of each translation's output over its source pieces, force-decoded:
-        one [T, S] float32 array each (``Translator.read_saliency``)."""
-        sources = [self.tokenizer.convert_tokens_to_ids(t.src_pieces) for t in translations]
-        outputs = [self.tokenizer.convert_tokens_to_ids(t.out_pieces) for t in translations]
-        scores: list[np.ndarray] = [np.empty(0)] * len(translations)
-        for index, matrix in self.saliency(sources, outputs, options, progress=progress):
-            scores[index] = matrix
-        return scores
-
-    def layer_head_attention(self, translation: Translation) -> np.ndarray:
-        """Deprecated (removed in 0.3): ``read_attention([translation])[0]``."""
-        warnings.warn("HFTranslator.layer_head_attention is deprecated; use HFTranslator.read_attention",
-                      DeprecationWarning, stacklevel=2)
-        return self.read_attention([translation])[0]

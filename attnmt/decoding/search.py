@@ -223,7 +223,7 @@ def greedy_search(
 
 
 @renamed_parameters(beam_size="beam")
-def beam_search(
+def beam_search(  # noqa: PLR0913 (the search settings of SearchConfig, each a keyword)
     model,
     src: torch.Tensor,
     src_mask: torch.Tensor,

@@ -21,9 +21,8 @@ holds data and imports nothing of the presentation.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from tqdm.auto import tqdm
 from attnmt.attention.user import bound_classes
 from attnmt.data import Batch, Tokenizers, batches_for_inference
 from attnmt.data.special_tokens import EOS_ID, UNK_ID
+from attnmt.decoding.base import BaseTranslator, Translation, Translations, source_texts
 from attnmt.decoding.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model
@@ -58,46 +58,7 @@ from attnmt.runtime.threads import ThreadChooser, following, thread_plan
 __all__ = ["Translation", "Translations", "Translator", "source_texts"]
 
 
-@dataclass
-class Translation:
-    """One translated sentence.
-
-    source       the input sentence as given
-    output       the detokenized translation
-    src_pieces   source subword pieces + "</s>": the columns of ``attention``
-    out_pieces   output subword pieces + "</s>": the rows of ``attention``
-    attention    [len(out_pieces), len(src_pieces)] float array, or None when not asked for
-    score        log-probability of the output (EOS included) under the model
-    """
-
-    source: str
-    output: str
-    src_pieces: list[str]
-    out_pieces: list[str]
-    attention: np.ndarray | None
-    score: float
-
-
-class Translations(list):
-    """The list ``Translator.translate`` returns (of ``Translation``); in a notebook it renders as
-    the interactive attention viewer when its translations carry attention (module docstring)."""
-
-
-def source_texts(sentences: Sequence[Any]) -> list[str]:
-    """``sentences`` as a list of strings; TypeError naming the first item that is not one (``None``
-    would otherwise be translated as the text "None")."""
-    texts = list(sentences)
-    wrong = next((number for number, text in enumerate(texts) if not isinstance(text, str)), None)
-    if wrong is not None:
-        raise TypeError(f"translate: sentence {wrong + 1} is {_shown(texts[wrong])}, not a string")
-    return texts
-
-
-def _shown(value: Any) -> str:
-    return "None" if value is None else f"a {type(value).__name__} ({str(value)[:40]!r})"
-
-
-class Translator:
+class Translator(BaseTranslator):
     """A model, its tokenizers and its search settings (``search_config``, a ``SearchConfig``: the
     defaults of every ``translate`` call). ``run_config`` is the run's whole config when the
     translator was loaded from a run, ``progress`` the position its checkpoint was written at
@@ -123,13 +84,6 @@ class Translator:
         self.progress = dict(progress or {})
         self.threads: ThreadChooser | None = None
         self.thread_reason: str | None = None
-
-    @property
-    def search(self) -> SearchConfig:
-        """Deprecated name of ``search_config`` (removed in 0.3)."""
-        warnings.warn("Translator.search is deprecated; use Translator.search_config", DeprecationWarning,
-                      stacklevel=2)
-        return self.search_config
 
     @property
     def step(self) -> int | None:
@@ -394,16 +348,11 @@ class Translator:
         return force_decode(self.model, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
                             progress=progress, before_batch=None if self.threads is None else self.threads.before)
 
-    def read_attention(self, translations: Sequence[Translation], progress: bool = False) -> list[np.ndarray]:
-        """Every decoder layer's and head's cross-attention of each translation's output, read by
-        force-decoding it (``attnmt.models.readout``): one [L, h, T, S] float32 array each."""
+    def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
+        """The source and output piece ids of ``translations`` under the run's tokenizers."""
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
-        sources = [[src_tok.piece_to_id(piece) for piece in t.src_pieces] for t in translations]
-        outputs = [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations]
-        weights: list[np.ndarray] = [np.empty(0)] * len(translations)
-        for index, reading in self.force_decode(sources, outputs, progress=progress):
-            weights[index] = reading.weights
-        return weights
+        return ([[src_tok.piece_to_id(piece) for piece in t.src_pieces] for t in translations],
+                [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations])
 
     def saliency(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
@@ -414,22 +363,3 @@ class Translator:
         return saliency(self.model, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
                         max_tokens=max_tokens, progress=progress,
                         before_batch=None if self.threads is None else self.threads.before)
-
-    def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
-                      progress: bool = False) -> list[np.ndarray]:
-        """The gradient saliency of each translation's output over its source pieces, read by
-        force-decoding it (``attnmt.models.saliency``): one [T, S] float32 array each, row t for
-        output piece t. ``options``: a method name or a SaliencyOptions."""
-        src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt
-        sources = [[src_tok.piece_to_id(piece) for piece in t.src_pieces] for t in translations]
-        outputs = [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations]
-        scores: list[np.ndarray] = [np.empty(0)] * len(translations)
-        for index, matrix in self.saliency(sources, outputs, options, progress=progress):
-            scores[index] = matrix
-        return scores
-
-    def layer_head_attention(self, translation: Translation) -> np.ndarray:
-        """Deprecated (removed in 0.3): ``read_attention([translation])[0]``."""
-        warnings.warn("Translator.layer_head_attention is deprecated; use Translator.read_attention",
-                      DeprecationWarning, stacklevel=2)
-        return self.read_attention([translation])[0]

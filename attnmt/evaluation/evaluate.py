@@ -140,7 +140,7 @@ class RunEvaluation:
     hyps_path: Path
 
 
-def evaluate_run(
+def evaluate_run(  # noqa: PLR0913 (the options of `attnmt evaluate`, each a keyword)
     run: str | Path,
     split: str = "test",
     beam: int | None = None,
@@ -254,7 +254,7 @@ class BeamEvaluation:
     markdown_path: Path
 
 
-def evaluate_beam_sizes(
+def evaluate_beam_sizes(  # noqa: PLR0913 (the options of `attnmt evaluate --beam K...`, each a keyword)
     run: str | Path,
     beams: Sequence[int],
     split: str = "test",

@@ -60,6 +60,7 @@ def copy_conclusion(result: CopyResult) -> str:
 
 
 def copy_report(result: CopyResult) -> str:
+    """The question, the table and the conclusion of the copy demo, as ``attnmt explore`` prints them."""
     heading = (
         f"copy: can one query make the output equal to one value v_{result.target}?\n"
         f"  {result.num_keys} random unit keys in d = {result.dim}, query q = c·k_{result.target}; "
@@ -106,6 +107,7 @@ def average_conclusion(result: AverageResult) -> str:
 
 
 def average_report(result: AverageResult) -> str:
+    """The question, the table and the conclusion of the average demo, as ``attnmt explore`` prints them."""
     a, b = result.pair
     heading = (
         f"average: can one query make the output the average of two values?\n"
@@ -187,6 +189,7 @@ def noisy_derivation_report(result: NoisyResult) -> str:
 
 
 def noisy_report(result: NoisyResult) -> str:
+    """The question, the table and the conclusion of the noisy demo, as ``attnmt explore`` prints them."""
     a, b = result.pair
     heading = (
         f"noisy: does the average survive keys of random length?\n"
@@ -258,6 +261,7 @@ def multihead_conclusion(result: MultiheadResult) -> str:
 
 
 def multihead_report(result: MultiheadResult) -> str:
+    """The question, the table and the conclusion of the multihead demo, as ``attnmt explore`` prints them."""
     a, b = result.pair
     heading = (
         f"multihead: do two heads average the noisy keys reliably?\n"

@@ -184,7 +184,7 @@ def saliency_bytes(batch: int, src_len: int, out_len: int, vocab: int, embed_dim
     return 3 * batch * out_len * vocab * 4 + 3 * batch * src_len * embed_dim * 4 + batch * out_len * src_len * 4
 
 
-def saliency(
+def saliency(  # noqa: PLR0913 (the saliency settings, keyword-only, as SaliencyOptions holds them)
     model: nn.Module,
     sources: Sequence[Sequence[int]],
     outputs: Sequence[Sequence[int]],

@@ -156,6 +156,15 @@ class TransformerConfig:
                 raise ConfigError(
                     f"transformer model config: {name} must be true or false, got {getattr(self, name)!r}"
                 )
+        self._check_attention()
+        if self.share_embeddings and not self.tie_output:
+            raise ConfigError(
+                "transformer model config: share_embeddings: true shares the output projection too, "
+                "so tie_output cannot be false"
+            )
+
+    def _check_attention(self) -> None:
+        """model.attention: scaled_dot or a user's class with score(q, k); its options a mapping."""
         try:
             self.attention = canonical_name(self.attention)
         except (TypeError, ValueError) as error:
@@ -168,11 +177,6 @@ class TransformerConfig:
         if not isinstance(self.attention_options, dict) or not all(isinstance(k, str) for k in self.attention_options):
             raise ConfigError(
                 f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
-            )
-        if self.share_embeddings and not self.tie_output:
-            raise ConfigError(
-                "transformer model config: share_embeddings: true shares the output projection too, "
-                "so tie_output cannot be false"
             )
 
     @classmethod

@@ -121,21 +121,9 @@ def _describe_foreign(obj: Any) -> str:
     return f"an object of type {type(obj).__name__}"
 
 
-def load_checkpoint(
-    path: str | Path,
-    expected_model_type: str | None = None,
-    require_training_state: bool = False,
-) -> dict:
-    """Read and check a checkpoint written by :func:`save_checkpoint`.
-
-    expected_model_type: when given, a checkpoint of another model type is refused.
-    require_training_state: refuse a checkpoint without optimizer/scheduler/rng/progress (for --resume).
-
-    Raises CheckpointError, naming the file, what was expected and what was found, when the file is
-    missing, truncated or otherwise unreadable, was not written by attnmt, is of a newer format,
-    lacks keys, or holds another model type than expected or than its own config says.
-    """
-    path = Path(path)
+def _read_archive(path: Path):
+    """What the torch.save archive at ``path`` holds, read with ``weights_only``; CheckpointError
+    for a missing, empty, foreign, damaged or code-bearing file."""
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
     data = path.read_bytes()
@@ -160,6 +148,25 @@ def load_checkpoint(
         raise CheckpointError(
             f"{path}: corrupt or truncated checkpoint ({type(error).__name__}: {first_line})"
         ) from None
+    return checkpoint
+
+
+def load_checkpoint(
+    path: str | Path,
+    expected_model_type: str | None = None,
+    require_training_state: bool = False,
+) -> dict:
+    """Read and check a checkpoint written by :func:`save_checkpoint`.
+
+    expected_model_type: when given, a checkpoint of another model type is refused.
+    require_training_state: refuse a checkpoint without optimizer/scheduler/rng/progress (for --resume).
+
+    Raises CheckpointError, naming the file, what was expected and what was found, when the file is
+    missing, truncated or otherwise unreadable, was not written by attnmt, is of a newer format,
+    lacks keys, or holds another model type than expected or than its own config says.
+    """
+    path = Path(path)
+    checkpoint = _read_archive(path)
 
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise CheckpointError(

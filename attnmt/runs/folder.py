@@ -273,10 +273,12 @@ def _suffix(split: str, beam: int, precision: str = "fp32") -> str:
 
 
 def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+    """Where ``attnmt evaluate`` keeps a run's scores on ``split`` with ``beam`` and ``precision``."""
     return Path(run_dir) / f"eval-{_suffix(split, beam, precision)}.json"
 
 
 def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+    """Where ``attnmt evaluate`` keeps the translations it scored (one a line)."""
     return Path(run_dir) / f"hyps-{_suffix(split, beam, precision)}.txt"
 
 

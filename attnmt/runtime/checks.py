@@ -23,10 +23,12 @@ __all__ = ["BOOLEAN", "Rule", "check_plain_name", "check_rules", "dataclass_from
 
 
 def is_int(value: Any) -> bool:
+    """An integer that is not a bool (YAML's ``true`` is not a count)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_number(value: Any) -> bool:
+    """A finite int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

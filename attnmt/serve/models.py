@@ -35,7 +35,7 @@ class ServedModel:
     """A translator under a ``name``; ``lock`` serialises the requests that run on it."""
 
     name: str
-    translator: Any  # Translator | HFTranslator
+    translator: Any  # a BaseTranslator (Translator or HFTranslator); some views use a Translator's own methods
     origin: str  # the run folder or the Hugging Face model it came from
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -119,7 +119,7 @@ def build_training(
         raise
 
 
-def _build_training(
+def _build_training(  # noqa: C901 (the builder assembles the parts in the order they depend on each other, read top to bottom)
     config: RunConfig, run_dir: Path, resume: bool, context: DistributedContext, say: Callable[[str], None],
     trust_run_code: bool, named_attention: str | None,
 ) -> TrainingParts:

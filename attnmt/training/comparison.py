@@ -299,7 +299,7 @@ def _check_limit_kept(run_dir: Path, requested: RunConfig) -> None:
                 )
 
 
-def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable[[str], None],
+def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable[[str], None],  # noqa: PLR0913 (one run's settings, passed on from compare_mechanisms)
                   show_progress: bool, verbose: bool, trust_run_code: bool = False,
                   on_validation: Sequence[ValidationHook] = ()) -> tuple[str, dict[str, Any]]:
     """Bring one run of a comparison to an eval json, doing only what is missing; returns
@@ -352,7 +352,7 @@ def _check_same_code(run_dir: Path, attention: str | None) -> None:
 MAX_RUNS = 1000  # seeds per mechanism; more is a typo, not a study (each run is a whole training)
 
 
-def compare_mechanisms(
+def compare_mechanisms(  # noqa: PLR0913 (the options of `attnmt compare`, each a keyword)
     config_path: str | Path,
     mechanisms: Sequence[str],
     runs: int,

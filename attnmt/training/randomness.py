@@ -17,6 +17,7 @@ __all__ = ["capture_rng_state", "restore_rng_state", "seed_everything"]
 
 
 def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators from one seed."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -99,7 +99,7 @@ class TrainResult:
 class Trainer:
     """Trains ``config`` into ``run_dir`` (see the module docstring). Call ``run()``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the options of `attnmt train`, each a keyword)
         self,
         config: RunConfig,
         run_dir: str | Path,
@@ -145,7 +145,7 @@ class Trainer:
         with writer_lock(self.run_dir, "train") if self.context.is_main else nullcontext():
             return self._run()
 
-    def _run(self) -> TrainResult:
+    def _run(self) -> TrainResult:  # noqa: C901 (the training loop, kept whole so that it reads in one place)
         if self.config.training.tensorboard and self.context.is_main:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
         allocator = keep_freed_memory()

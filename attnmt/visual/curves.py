@@ -90,6 +90,19 @@ def _names(runs: Sequence[Path]) -> list[str]:
     return [str(run) if names.count(name) > 1 else name for run, name in zip(runs, names)]
 
 
+def _check_target(path: Path, overwrite: bool) -> str:
+    """The figure format of ``path``; ConfigError for a folder, another format, or a file without
+    ``overwrite``."""
+    chosen_format = (path.suffix.lstrip(".") or "png").lower()
+    if chosen_format not in PLOT_FORMATS:
+        raise ConfigError(f"{path}: cannot draw curves as {chosen_format!r}; use one of {', '.join(PLOT_FORMATS)}")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path}: already exists; pass overwrite=True to replace it")
+    return chosen_format
+
+
 def plot_curves(
     runs: Sequence[str | os.PathLike],
     path: str | os.PathLike,
@@ -102,13 +115,7 @@ def plot_curves(
     returns the path. ConfigError for a target that exists without ``overwrite`` or of another
     format; DataError for a run without metrics."""
     path = Path(path)
-    chosen_format = (path.suffix.lstrip(".") or "png").lower()
-    if chosen_format not in PLOT_FORMATS:
-        raise ConfigError(f"{path}: cannot draw curves as {chosen_format!r}; use one of {', '.join(PLOT_FORMATS)}")
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder; give a file name")
-    if path.exists() and not overwrite:
-        raise ConfigError(f"{path}: already exists; pass overwrite=True to replace it")
+    chosen_format = _check_target(path, overwrite)
     if not runs:
         raise ConfigError("give at least one run folder")
     all_curves = [read_curves(run, name) for run, name in zip(runs, _names([Path(run) for run in runs]))]

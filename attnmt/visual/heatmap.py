@@ -125,7 +125,7 @@ class _Layout:
 
 
 @renamed_parameters(tgt_tokens="out_tokens")
-def plot_attention(
+def plot_attention(  # noqa: PLR0913 (a figure's options, each a keyword)
     weights: Any,
     src_tokens: list[str] | tuple[str, ...],
     out_tokens: list[str] | tuple[str, ...],

@@ -357,7 +357,7 @@ def signals(rng: random.Random, count: int, folder: Path, run: Path, env: dict) 
                **({"stderr": text[-4000:].replace(str(folder), "$RUNS")} if outcome != "correct" else {})}
 
 
-def classify(code: int, err: str, inputs: list[Path], before: dict[Path, bytes | None], marker: Path | None,
+def classify(code: int, err: str, inputs: list[Path], before: dict[Path, bytes | None], marker: Path | None,  # noqa: PLR0913 (every observation of one case)
              partial: list[str], expect: dict | None = None, out: str = "", escaped: list[str] | None = None) -> str:
     """The outcome of one case; a file that ran code, or a user's file changed, before anything else.
 
