@@ -301,7 +301,7 @@ def _gradcheck(subject: Subject, generator: torch.Generator) -> str:
     x = subject.inputs(2, 4, generator, dims=small, lengths=[4, 2]).to(torch.float64)
     tensors = [t.detach().requires_grad_(True) for t in (x.query, x.keys, x.values)]
 
-    def function(query, keys, values):
+    def function(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> Any:
         return subject.call(module, Inputs(query, keys, values, x.mask))
 
     try:
@@ -374,14 +374,14 @@ def _speed(subject: Subject, generator: torch.Generator) -> str:
         builtin: nn.Module = MultiHeadAttention(dim, heads)
         query = torch.randn(batch, steps, dim, generator=generator)
 
-        def run(module):
+        def run(module: Any) -> Any:
             return module(query, keys, keys, key_padding_mask=mask, need_weights=True)
     else:
         mine = build_attention(subject.spec, dim, dim, dim, **subject.options)
         builtin = build_attention("scaled_dot", dim, dim, dim)
         query = torch.randn(batch, steps, dim, generator=generator)
 
-        def run(module):
+        def run(module: Any) -> Any:
             return module.attend(query, module.prepare(keys, keys, mask))
     keys = torch.randn(batch, source, dim, generator=generator, requires_grad=True)
     mask = torch.ones(batch, source, dtype=torch.bool)

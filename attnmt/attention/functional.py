@@ -203,7 +203,8 @@ def _fused_handles_empty_rows() -> bool:
 CUDA_FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def _fused_attention(q, k, v, mask, dropout_p, scale):
+def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
+                     scale: float | None) -> torch.Tensor:
     """``F.scaled_dot_product_attention``; on CUDA, without cuDNN's kernel (``CUDA_FUSED_BACKENDS``)."""
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -189,7 +190,7 @@ class Attention(nn.Module):
         return self.attend(query, self.prepare(keys, values, mask), step)
 
     @staticmethod
-    def _steps(step: int | torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
+    def _steps(step: int | torch.Tensor | None, batch: int, length: int, device: torch.device) -> torch.Tensor:
         """The decoding step of every query as a [B, T] long tensor."""
         if step is None:
             return torch.arange(length, device=device).expand(batch, length)
@@ -210,7 +211,9 @@ class NoAttention(Attention):
     The no-attention baseline: the decoder sees the source only through its initial state.
     """
 
-    def attend(self, query, prepared, step=None):
+    def attend(
+        self, query: torch.Tensor, prepared: PreparedKeys, step: int | torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         shape = query.shape[:-1]
         weights = prepared.mask.new_zeros((*shape, prepared.mask.shape[1]), dtype=prepared.values.dtype)
         return prepared.values.new_zeros((*shape, self.output_dim)), weights
@@ -222,7 +225,7 @@ class MeanAttention(Attention):
     context = (1/S_b) Σ_{s<S_b} v_s   [B, Dv]; it does not depend on the query.
     """
 
-    def score(self, query, prepared):
+    def score(self, query: torch.Tensor, prepared: PreparedKeys) -> torch.Tensor:
         return query.new_zeros(query.shape[0], query.shape[1], prepared.keys.shape[1])
 
 
@@ -237,7 +240,7 @@ class DotAttention(Attention):
                 "use 'general' or 'scaled_dot', which project"
             )
 
-    def score(self, query, prepared):
+    def score(self, query: torch.Tensor, prepared: PreparedKeys) -> torch.Tensor:
         return torch.bmm(query, prepared.keys.transpose(1, 2))
 
 
@@ -258,10 +261,10 @@ class ScaledDotAttention(Attention):
         self.query_proj = nn.Linear(query_dim, kq_dim)
         self.key_proj = nn.Linear(key_dim, kq_dim)
 
-    def prepare_keys(self, keys):
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return self.key_proj(keys)
 
-    def score(self, query, prepared):
+    def score(self, query: torch.Tensor, prepared: PreparedKeys) -> torch.Tensor:
         q = self.query_proj(query) * (1.0 / math.sqrt(self.kq_dim))
         return torch.bmm(q, prepared.keys.transpose(1, 2))
 
@@ -273,10 +276,10 @@ class GeneralAttention(Attention):
         super().__init__(query_dim, key_dim, value_dim)
         self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
 
-    def prepare_keys(self, keys):
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return self.key_proj(keys)
 
-    def score(self, query, prepared):
+    def score(self, query: torch.Tensor, prepared: PreparedKeys) -> torch.Tensor:
         return torch.bmm(query, prepared.keys.transpose(1, 2))
 
 
@@ -299,10 +302,10 @@ class AdditiveAttention(Attention):
         self.key_proj = nn.Linear(key_dim, attention_dim)
         self.energy = nn.Linear(attention_dim, 1, bias=False)
 
-    def prepare_keys(self, keys):
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return self.key_proj(keys)
 
-    def score(self, query, prepared):
+    def score(self, query: torch.Tensor, prepared: PreparedKeys) -> torch.Tensor:
         hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + prepared.keys.unsqueeze(1))  # [B, T, S, A]
         return self.energy(hidden).squeeze(-1)
 
@@ -365,7 +368,9 @@ class LocalAttention(GeneralAttention):
             return prepared.lengths.unsqueeze(1).to(query.dtype) * gate
         return torch.minimum(steps.to(query.dtype), last)
 
-    def normalize(self, scores, query, prepared, steps):
+    def normalize(
+        self, scores: torch.Tensor, query: torch.Tensor, prepared: PreparedKeys, steps: torch.Tensor
+    ) -> torch.Tensor:
         centre = self.positions(query, prepared, steps).unsqueeze(-1)  # [B, T, 1]
         source_positions = torch.arange(scores.shape[-1], device=scores.device, dtype=scores.dtype)
         distance = source_positions - centre  # [B, T, S]
@@ -415,13 +420,15 @@ class MultiHeadSingleQueryAttention(Attention):
         """[B, L, h·d_h] -> [B, h, L, d_h]"""
         return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
 
-    def prepare_keys(self, keys):
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return self._split_heads(self.key_proj(keys))
 
-    def prepare_values(self, values):
+    def prepare_values(self, values: torch.Tensor) -> torch.Tensor:
         return self._split_heads(self.value_proj(values))
 
-    def attend_heads(self, query, prepared, step=None):
+    def attend_heads(
+        self, query: torch.Tensor, prepared: PreparedKeys, step: int | torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Like ``attend`` but the weights are per head: [B, h, S] (or [B, h, T, S])."""
         single = query.dim() == 2
         if single:
@@ -435,7 +442,9 @@ class MultiHeadSingleQueryAttention(Attention):
             return context.squeeze(1), weights.squeeze(2)
         return context, weights
 
-    def attend(self, query, prepared, step=None):
+    def attend(
+        self, query: torch.Tensor, prepared: PreparedKeys, step: int | torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         context, weights = self.attend_heads(query, prepared, step)
         return context, weights.mean(dim=1)
 
@@ -444,7 +453,7 @@ class MultiHeadSingleQueryAttention(Attention):
 
 
 def _local(predictive: bool) -> Callable[..., Attention]:
-    def build(query_dim, key_dim, value_dim=None, **options):
+    def build(query_dim: int, key_dim: int, value_dim: int | None = None, **options: Any) -> Attention:
         return LocalAttention(query_dim, key_dim, value_dim, predictive=predictive, **options)
 
     return build

@@ -22,6 +22,8 @@ project the encoder's keys and values once and cache its own past keys and value
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -183,6 +185,7 @@ class MultiHeadAttention(nn.Module):
         (the output row is then W^O's bias).
         """
         dropout_p = self.dropout if self.training else 0.0
+        weights: torch.Tensor | None
         if self.score is not None:
             heads, weights = self._attend_user_score(q_heads, k_heads, v_heads, mask, dropout_p)
             weights = weights if need_weights else None
@@ -194,10 +197,11 @@ class MultiHeadAttention(nn.Module):
         concatenated = heads.transpose(1, 2).reshape(batch, query_length, self.embed_dim)
         return self.out_proj(concatenated), weights
 
-    def _attend_user_score(self, q_heads, k_heads, v_heads, mask, dropout_p):
+    def _attend_user_score(self, q_heads: torch.Tensor, k_heads: torch.Tensor, v_heads: torch.Tensor,
+                           mask: torch.Tensor | None, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
         """softmax over the allowed keys of the user's scores, then the weighted sum of the values."""
-        assert self.score is not None
-        scores = self.score.score(q_heads, k_heads)
+        user: Any = self.score  # the user's module: its score method is its own
+        scores = user.score(q_heads, k_heads)
         expected = (*q_heads.shape[:-1], k_heads.shape[-2])
         if tuple(scores.shape) != expected:
             raise ValueError(f"{type(self.score).__name__}.score gave scores of shape {tuple(scores.shape)}; "

@@ -23,6 +23,7 @@ whenever the maximum grows), the idea behind memory-efficient and flash attentio
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-def _as_float_array(x, name: str) -> np.ndarray:
+def _as_float_array(x: Any, name: str) -> np.ndarray:
     """``x`` as a floating-point array (integers become float64); anything else is a TypeError."""
     array = np.asarray(x)
     if array.dtype.kind in "iu":
@@ -61,7 +62,7 @@ def _softmax_inplace(x: np.ndarray, axis: int) -> np.ndarray:
     return x
 
 
-def softmax(x, axis: int = -1) -> np.ndarray:
+def softmax(x: Any, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax of ``x`` over ``axis``.
 
     softmax(x)_j = exp(x_j − max x) / Σ_j' exp(x_j' − max x). Finite for any finite logits (e.g.
@@ -74,7 +75,8 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     return _softmax_inplace(np.array(x, copy=True), axis)
 
 
-def _check_attention_inputs(q, k, v, mask, scale, caller: str):
+def _check_attention_inputs(q: Any, k: Any, v: Any, mask: Any, scale: float | None,
+                            caller: str) -> tuple[Any, ...]:
     """Validate and convert the arguments shared by the attention functions.
 
     Returns ``(q, k, v, mask, scale, batch_shape)`` with ``mask`` None or a bool array.
@@ -114,7 +116,9 @@ def _check_attention_inputs(q, k, v, mask, scale, caller: str):
     return q, k, v, mask, float(scale), batch_shape
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, *, scale: float | None = None):
+def scaled_dot_product_attention(
+    q: Any, k: Any, v: Any, mask: Any = None, *, scale: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """softmax(q kᵀ · scale) v with a boolean mask (True = may attend); scale = 1/√d_k by default.
 
     q: [..., Lq, d_k], k: [..., Lk, d_k], v: [..., Lk, d_v], mask broadcastable to [..., Lq, Lk].
@@ -132,7 +136,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, scale: float | None = No
     return np.matmul(weights, v), weights
 
 
-def general_attention(words, W_q, W_k, W_v, mask=None):
+def general_attention(
+    words: Any, W_q: Any, W_k: Any, W_v: Any, mask: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The general attention mechanism on word vectors (Luong et al. 2015's general score), with
     scaled dot-product scoring.
 
@@ -162,7 +168,10 @@ def general_attention(words, W_q, W_k, W_v, mask=None):
     return scaled_dot_product_attention(queries, keys, values, mask)
 
 
-def chunked_attention(q, k, v, mask=None, chunk_size: int = 1024, *, scale: float | None = None):
+def chunked_attention(
+    q: Any, k: Any, v: Any, mask: Any = None, chunk_size: int = 1024, *,
+    scale: float | None = None,
+) -> np.ndarray:
     """The output of :func:`scaled_dot_product_attention`, computed block by block in O(chunk²) memory.
 
     Queries are taken ``chunk_size`` rows at a time; for each query block the keys are visited in

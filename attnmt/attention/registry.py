@@ -13,6 +13,7 @@ point of the group ``attnmt.attention``. Built-in names win: no user name can ta
 from __future__ import annotations
 
 from pathlib import PurePath
+from typing import Any
 
 from attnmt.attention.mechanisms import BUILTIN_ALIASES, BUILTIN_BUILDERS, BUILTIN_NAMES, Attention
 from attnmt.attention.user import (
@@ -67,7 +68,8 @@ def short_name(name: str) -> str:
     return f"{PurePath(target).name}:{class_name}" if target else name.strip()
 
 
-def build_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **options) -> Attention:
+def build_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None,
+                    **options: Any) -> Attention:
     """Build the mechanism called ``name`` (a built-in of ``ATTENTION_TYPES`` or a user's own).
 
     ``options`` go to its constructor: ``kq_dim`` (scaled_dot), ``attention_dim`` (additive),

@@ -353,7 +353,7 @@ class UserAttention(Attention):
             raise ValueError("UserAttention wraps forward- and score-form mechanisms; use an Attention directly")
         self.output_dim = int(getattr(module, "output_dim", self.value_dim))
 
-    def attend(self, query, prepared: PreparedKeys, step=None):
+    def attend(self, query: torch.Tensor, prepared: PreparedKeys, step: int | torch.Tensor | None = None) -> Any:
         if query.dim() == 2:
             return self._one_step(query, prepared)
         contexts, weights = zip(*(self._one_step(query[:, t], prepared) for t in range(query.shape[1])))
@@ -378,7 +378,7 @@ class UserAttention(Attention):
         return f"{super().extra_repr()}, form={self.form}"
 
 
-def instantiate(cls: type, label: str, query_dim: int, key_dim: int, value_dim: int, **options) -> nn.Module:
+def instantiate(cls: type, label: str, query_dim: int, key_dim: int, value_dim: int, **options: Any) -> nn.Module:
     """``cls(query_dim=…, key_dim=…, value_dim=…, **options)``; UserCodeError in one line when the
     constructor does not take these keywords or fails."""
     try:
@@ -403,7 +403,8 @@ def _options_text(options: dict) -> str:
     return "".join(f", {key}={value!r}" for key, value in options.items())
 
 
-def build_user_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None, **options) -> Attention:
+def build_user_attention(name: str, query_dim: int, key_dim: int, value_dim: int | None = None,
+                         **options: Any) -> Attention:
     """The mechanism ``name`` names, built for these sizes and behind the built-ins' interface."""
     value_dim = key_dim if value_dim is None else value_dim
     cls = load_user_class(name)
@@ -414,7 +415,7 @@ def build_user_attention(name: str, query_dim: int, key_dim: int, value_dim: int
     return UserAttention(module, query_dim, key_dim, value_dim, label=name)
 
 
-def build_user_score(name: str, head_dim: int, **options) -> nn.Module:
+def build_user_score(name: str, head_dim: int, **options: Any) -> nn.Module:
     """The Transformer form: the class ``name`` names, built with query_dim = key_dim = value_dim =
     ``head_dim``; its ``score(q [B, h, T, d], k [B, h, S, d]) -> [B, h, T, S]`` replaces q·kᵀ/√d."""
     cls = load_user_class(name)
@@ -436,13 +437,16 @@ def _contained_attention(cls: type, label: str) -> type:
     user's code raises, and an answer of another shape, into a UserCodeFault. Being a subclass, it
     holds the same parameters under the same names as ``cls``, so checkpoints are unchanged."""
     if (cls, label) not in _CONTAINED:
-        def prepare(self, keys, values, mask=None):
-            with running_user_code(label, "prepare"):
-                return cls.prepare(self, keys, values, mask)
+        user: Any = cls
 
-        def attend(self, query, prepared, step=None):
+        def prepare(self: Any, keys: torch.Tensor, values: torch.Tensor,
+                    mask: torch.Tensor | None = None) -> PreparedKeys:
+            with running_user_code(label, "prepare"):
+                return user.prepare(self, keys, values, mask)
+
+        def attend(self: Any, query: torch.Tensor, prepared: PreparedKeys, step: Any = None) -> Any:
             with running_user_code(label, "attend"):
-                answer = cls.attend(self, query, prepared, step)
+                answer = user.attend(self, query, prepared, step)
             batch, source = prepared.mask.shape
             steps = tuple(query.shape[1:2]) if query.dim() == 3 else ()
             return checked_answer(answer, label, "attend", (batch, *steps, self.output_dim), (batch, *steps, source))
@@ -455,9 +459,11 @@ def _contained_score(cls: type, label: str) -> type:
     """The Transformer form's class with its ``score`` contained, as ``_contained_attention`` does:
     scores must be a tensor of shape [B, h, T, S] for q [B, h, T, d] and k [B, h, S, d]."""
     if (cls, label) not in _CONTAINED:
-        def score(self, q, k):
+        user: Any = cls
+
+        def score(self: Any, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
             with running_user_code(label, "score"):
-                scores = cls.score(self, q, k)
+                scores = user.score(self, q, k)
             expected = (*q.shape[:-1], k.shape[-2])
             if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != expected:
                 raise UserCodeFault(label, f"score returned {_describe(scores)}, expected [B, h, T, S] = "

@@ -41,7 +41,7 @@ from attnmt.runtime.renames import renamed_parameters
 __all__ = ["HFReadout", "HFTranslator"]
 
 
-def _transformers():
+def _transformers() -> Any:
     """The transformers module; ConfigError when the optional extra is missing."""
     if importlib.util.find_spec("transformers") is None:
         raise ConfigError("a Hugging Face model needs the transformers package; pip install 'attnmt[hf]'")
@@ -57,7 +57,7 @@ class HFReadout(torch.nn.Module):
     """A Hugging Face encoder–decoder behind attnmt's model contract, for ``attnmt.models.readout``:
     ``(src, src_mask, tgt_in, return_attention="heads") -> (logits [B, T, V], weights [B, L, h, T, S])``."""
 
-    def __init__(self, model, name: str) -> None:
+    def __init__(self, model: Any, name: str) -> None:
         super().__init__()
         self.model, self.name = model, name
 
@@ -71,7 +71,8 @@ class HFReadout(torch.nn.Module):
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
-    def forward(self, src, src_mask, tgt_in, return_attention: str = "heads"):
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
+                return_attention: str = "heads") -> Any:
         output = self.model(input_ids=src, attention_mask=src_mask.long(), decoder_input_ids=tgt_in,
                             output_attentions=True)
         if not output.cross_attentions or output.cross_attentions[0] is None:
@@ -83,7 +84,7 @@ class HFTranslator(BaseTranslator):
     """A Hugging Face encoder–decoder model with attnmt's translator interface (module docstring)."""
 
     @renamed_parameters(search="search_config")
-    def __init__(self, model, tokenizer, name: str, search_config: SearchConfig | None = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any, name: str, search_config: SearchConfig | None = None) -> None:
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
         self.search_config = search_config or SearchConfig()
         config = model.config

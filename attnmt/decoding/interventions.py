@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ from attnmt.attention.user import UserAttention
 __all__ = ["StepRecord", "can_intervene", "pinned_attention", "watched_step"]
 
 
-def can_intervene(model) -> bool:
+def can_intervene(model: Any) -> bool:
     """Whether ``model`` is an RNN whose mechanism has one head and returns Σ α v as its context
     (a user's forward-form mechanism makes its own context, which a pin would not reproduce)."""
     attention = getattr(model, "attention", None)
@@ -39,18 +40,18 @@ def can_intervene(model) -> bool:
     return not (isinstance(attention, UserAttention) and attention.form == "forward")
 
 
-def _at(step_now, step: int) -> bool:
+def _at(step_now: Any, step: int) -> bool:
     return isinstance(step_now, int) and step_now == step
 
 
 @contextmanager
-def pinned_attention(model, step: int, weights: torch.Tensor) -> Iterator[None]:
+def pinned_attention(model: Any, step: int, weights: torch.Tensor) -> Iterator[None]:
     """Within the block, ``model``'s attention at decoding step ``step`` puts ``weights`` [S] (a
     distribution over the source positions) where its own would be, for every row asked."""
     attention = model.attention
     original = attention.attend
 
-    def attend(query, prepared: PreparedKeys, step_now=None):
+    def attend(query: torch.Tensor, prepared: PreparedKeys, step_now: Any = None) -> Any:
         if not _at(step_now, step):
             return original(query, prepared, step_now)
         pinned = weights.to(prepared.values.dtype).to(prepared.values.device).expand(query.shape[0], -1)
@@ -74,14 +75,14 @@ class StepRecord:
 
 
 @contextmanager
-def watched_step(model, step: int) -> Iterator[list[StepRecord]]:
+def watched_step(model: Any, step: int) -> Iterator[list[StepRecord]]:
     """Within the block, the first time ``model`` decodes step ``step`` its mechanism's scores,
     weights and context (of the first row) are recorded in the list the block receives."""
     attention = model.attention
     original = attention.attend
     seen: list[StepRecord] = []
 
-    def attend(query, prepared: PreparedKeys, step_now=None):
+    def attend(query: torch.Tensor, prepared: PreparedKeys, step_now: Any = None) -> Any:
         context, weights = original(query, prepared, step_now)
         if _at(step_now, step) and not seen:
             scores = None

@@ -46,10 +46,11 @@ most probable token at every step, stopping at the first EOS).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,7 +89,7 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 @contextmanager
-def _inference(model):
+def _inference(model: Any) -> Iterator[None]:
     """Evaluation mode (no dropout) and no autograd, restoring the model's mode afterwards."""
     was_training = bool(getattr(model, "training", False))
     if hasattr(model, "eval"):
@@ -101,7 +102,8 @@ def _inference(model):
             model.train(True)
 
 
-def _check_arguments(src, src_mask, max_len_a, max_len_b, alpha) -> torch.Tensor:
+def _check_arguments(src: torch.Tensor, src_mask: torch.Tensor, max_len_a: float, max_len_b: float,
+                     alpha: float) -> torch.Tensor:
     """Validate the common arguments; returns the source lengths [B]."""
     if not isinstance(src, torch.Tensor) or src.dim() != 2:
         raise ValueError(f"src must be a [B, S] tensor, got {tuple(getattr(src, 'shape', ()))}")
@@ -130,7 +132,8 @@ def _restrict(log_probs: torch.Tensor, force_eos: torch.Tensor | None) -> torch.
     return log_probs
 
 
-def _hypothesis(tokens, score, alpha, attention_rows, source_length) -> Hypothesis:
+def _hypothesis(tokens: Sequence[int], score: float | torch.Tensor, alpha: float, attention_rows: Any,
+                source_length: int) -> Hypothesis:
     attention = None
     if attention_rows is not None:
         attention = attention_rows[:, :source_length].float().cpu().numpy()
@@ -148,7 +151,7 @@ def _hypothesis(tokens, score, alpha, attention_rows, source_length) -> Hypothes
 
 
 def greedy_search(
-    model,
+    model: Any,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     max_len_a: float = SearchConfig.max_len_a,
@@ -224,7 +227,7 @@ def greedy_search(
 
 @renamed_parameters(beam_size="beam")
 def beam_search(  # noqa: PLR0913 (the search settings of SearchConfig, each a keyword)
-    model,
+    model: Any,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     beam: int = 5,
@@ -315,7 +318,8 @@ class _Beams:
     rows), the encoding and the decoder state. ``retired``: done sentences whose rows still ride
     along until enough of them have ended (``RETIRED_FRACTION``)."""
 
-    def __init__(self, model, src: torch.Tensor, src_mask: torch.Tensor, limits: list[int], alpha: float, K: int):
+    def __init__(self, model: Any, src: torch.Tensor, src_mask: torch.Tensor, limits: list[int], alpha: float,
+                 K: int) -> None:
         batch, device = src.shape[0], src.device
         self.K, self.alpha = K, alpha
         self.encoded = model.encode(src, src_mask)

@@ -69,12 +69,12 @@ class Translator(BaseTranslator):
     @renamed_parameters(search="search_config")
     def __init__(
         self,
-        model,
+        model: Any,
         tokenizers: Tokenizers,
         search_config: SearchConfig | None = None,
         run_config: RunConfig | None = None,
         progress: dict[str, Any] | None = None,
-    ):
+    ) -> None:
         self.model = model
         self.tokenizers = tokenizers
         self.run_config = run_config

@@ -70,7 +70,7 @@ def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:
     return MODEL_TYPES[model_type][0].from_dict(values)
 
 
-def build_model(config: dict[str, Any] | ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+def build_model(config: dict[str, Any] | ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Any:
     """The model ``config`` describes (a config dataclass, or a ``model:`` dict)."""
     config = model_config(config)
     module_class = next(module for config_class, module in MODEL_TYPES.values() if isinstance(config, config_class))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from attnmt.errors import ConfigError
 
@@ -17,7 +18,7 @@ __all__ = ["MAX_SIZE", "check_target_mask", "count_parameters", "default_layer",
 MAX_SIZE = 2**20
 
 
-def check_target_mask(tgt_mask, tgt_in):
+def check_target_mask(tgt_mask: torch.Tensor | None, tgt_in: torch.Tensor) -> torch.Tensor:
     """``forward``'s ``tgt_mask`` must be a bool tensor shaped like ``tgt_in`` [B, T]; returns it."""
     if not isinstance(tgt_mask, torch.Tensor) or tgt_mask.dtype != torch.bool or tgt_mask.shape != tgt_in.shape:
         raise ValueError(
@@ -27,18 +28,18 @@ def check_target_mask(tgt_mask, tgt_in):
     return tgt_mask
 
 
-def at_least_float32(tensor):
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in float32 when it is in a 16-bit type (autocast's products), else unchanged: a
     float64 model's numbers stay float64, so it can serve as a reference."""
     return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
-def log_probabilities(logits):
+def log_probabilities(logits: torch.Tensor) -> torch.Tensor:
     """log_softmax over the last axis, in at least float32 (:func:`at_least_float32`)."""
     return torch.log_softmax(at_least_float32(logits), dim=-1)
 
 
-def count_parameters(model, trainable_only: bool = True) -> int:
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters; a tied weight counts once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 

@@ -14,6 +14,8 @@ Both are sums; the trainer divides by the (global) number of target tokens.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -22,7 +24,8 @@ from attnmt.models.common import at_least_float32
 __all__ = ["guided_alignment_loss", "select_attention", "token_losses"]
 
 
-def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
+def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                 label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Summed losses over the real target tokens.
 
     logits:  [B, T, V]  unnormalised scores of the next token, or [N, V] those of the N real
@@ -54,14 +57,14 @@ def token_losses(logits, targets, mask, label_smoothing: float = 0.0):
     return loss.sum(), nll_sum, int(gold.numel())
 
 
-def select_attention(weights, layer: int, head: int | None):
+def select_attention(weights: torch.Tensor, layer: int, head: int | None) -> torch.Tensor:
     """One map [B, T, S] from a model's cross-attention [B, L, h, T, S] (``return_attention="heads"``):
     0-based ``layer`` and ``head``, ``head`` None = the mean over the heads."""
     per_head = weights[:, layer]
     return per_head.mean(dim=1) if head is None else per_head[:, head]
 
 
-def guided_alignment_loss(attention, target):
+def guided_alignment_loss(attention: torch.Tensor, target: Any) -> torch.Tensor:
     """Σ −A · log a over every entry (a sum in at least float32); entries where A is 0 cost nothing.
 
     attention, target: [B, T, S]; ``a`` is clamped at 1e-9 so a zero weight under a link costs

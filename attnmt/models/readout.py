@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -116,7 +117,7 @@ def forced_batch(pairs: Sequence[int], sources: Sequence[Sequence[int]], outputs
     )
 
 
-def batches_in_eval_mode(model, plan: Sequence[Sequence[int]], sources: Sequence[Sequence[int]],
+def batches_in_eval_mode(model: Any, plan: Sequence[Sequence[int]], sources: Sequence[Sequence[int]],
                          outputs: Sequence[Sequence[int]], specials: SpecialIds, device: torch.device,
                          progress: str | None = None) -> Iterator[ForcedBatch]:
     """The batches of ``plan``, each built when it is reached, with the model in eval mode: its mode
@@ -138,7 +139,7 @@ def batches_in_eval_mode(model, plan: Sequence[Sequence[int]], sources: Sequence
 
 
 def force_decode(
-    model,
+    model: Any,
     sources: Sequence[Sequence[int]],
     outputs: Sequence[Sequence[int]],
     *,

@@ -420,7 +420,7 @@ class RNNSeq2Seq(nn.Module):
         prepared = self.attention.prepare(states, states, src_mask)
         return RNNEncoderOutput(states=states, mask=src_mask, prepared=prepared, sentence=sentence)
 
-    def _bidirectional_encoder(self, embedded, src_mask, lengths):
+    def _bidirectional_encoder(self, embedded: torch.Tensor, src_mask: torch.Tensor, lengths: torch.Tensor) -> Any:
         """``encoder_rnn``'s layers and directions, one fused RNN call each, on right-padded input.
 
         embedded [B, S, E] -> (states [B, S, 2H_e], zeros at padding; finals [L_e, 2, B, H_e], the
@@ -503,7 +503,7 @@ class RNNSeq2Seq(nn.Module):
             weights = weights.unsqueeze(1)  # [B, L = 1, h, T, S]: the contract's shape for every model
         return logits, (weights if return_attention else None)
 
-    def _parallel_decoder(self, embedded, state, prepared, heads):
+    def _parallel_decoder(self, embedded: torch.Tensor, state: Any, prepared: PreparedKeys, heads: bool) -> Any:
         """All T steps at once (the parallel flow): one RNN call, one batched attention.
 
         embedded [B, T, E] -> features [B, T, D_c + H (+E)], weights [B, T, S] or [B, h, T, S].
@@ -512,7 +512,7 @@ class RNNSeq2Seq(nn.Module):
         context, weights = self._attend(outputs, prepared, None, heads)  # a: [B, T, D_c]
         return self._features([context, outputs], embedded), weights
 
-    def _step_loop_decoder(self, embedded, state, prepared, heads):
+    def _step_loop_decoder(self, embedded: torch.Tensor, state: Any, prepared: PreparedKeys, heads: bool) -> Any:
         """The ``bahdanau`` and ``luong`` flows: one ``_step`` per target position.
 
         The output layer, the expensive part, still runs once over all steps afterwards.
@@ -529,9 +529,9 @@ class RNNSeq2Seq(nn.Module):
     # --------------------------------------------------------------------------------------------
 
     def _step(
-        self, embedded, state: RNNDecoderState, prepared: PreparedKeys, step: int, heads: bool = False,
+        self, embedded: torch.Tensor, state: RNNDecoderState, prepared: PreparedKeys, step: int, heads: bool = False,
         beams: int = 1, token_gates: torch.Tensor | None = None,
-    ):
+    ) -> Any:
         """embedded b_i [N, E] -> (features [N, F], weights [N, S] or [N, h, S], new state).
 
         ``beams``: K decoder rows per row of ``prepared`` (``RNNEncoderOutput.with_beams``).
@@ -593,7 +593,7 @@ class RNNSeq2Seq(nn.Module):
         )
         return inputs, new_state
 
-    def _attend(self, query, prepared, step, heads: bool, beams: int = 1):
+    def _attend(self, query: torch.Tensor, prepared: PreparedKeys, step: Any, heads: bool, beams: int = 1) -> Any:
         """The mechanism's (context, weights); per-head weights [.., h, (T,) S] when ``heads``.
 
         With ``beams`` K > 1, query [B·K, Dq] holds the K beams of each of the B sentences of
@@ -714,7 +714,7 @@ def _recurrent(call: Callable[[torch.Tensor, Any], Any], sequence: torch.Tensor,
             return call(sequence.float(), _as_float(hx))
 
 
-def _one_layer(run, sequence: torch.Tensor, hx: Any, weights: list[torch.Tensor], training: bool) -> torch.Tensor:
+def _one_layer(run: Any, sequence: torch.Tensor, hx: Any, weights: list[torch.Tensor], training: bool) -> torch.Tensor:
     """``torch.lstm`` / ``torch.gru`` (``run``) of one layer in one direction, batch-first: [B, S, H]."""
     return run(sequence, hx, weights, True, 1, 0.0, training, False, True)[0]
 
@@ -734,7 +734,8 @@ def _check_autocast(cell: str, device: torch.device) -> None:
         raise ConfigError("precision fp16: PyTorch has no float16 LSTM on the CPU; use bf16 there (or fp16 on a GPU)")
 
 
-def _cell_from_gates(input_gates, hidden, cell, weight_hh, bias_hh):
+def _cell_from_gates(input_gates: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor | None,
+                     weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One LSTM (``cell`` given) or GRU (``cell`` None) step from its input projection.
 
     input_gates = W_ih x + b_ih [N, G], plus b_hh for an LSTM (then ``bias_hh`` is not added again)::

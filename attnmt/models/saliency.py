@@ -138,7 +138,7 @@ class _SourceProbe:
     def arm(self, point: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self._point = point
 
-    def _hook(self, module, inputs, output):
+    def _hook(self, module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor | None:
         if self._point is None:  # a later call: the target side of a shared table
             return None
         point, self._point = self._point, None
@@ -243,7 +243,7 @@ def _real_outputs(batch: ForcedBatch, outputs: Sequence[Sequence[int]]) -> torch
     return (torch.arange(batch.targets.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).to(batch.targets.device)
 
 
-def _gradient_times_input(model, probe: _SourceProbe, point, batch: ForcedBatch, real: torch.Tensor,
+def _gradient_times_input(model: Any, probe: _SourceProbe, point: Any, batch: ForcedBatch, real: torch.Tensor,
                           times_point: bool = False) -> torch.Tensor:
     """∇_{e_s} f_t(point(e)) · e_s (or · point(e)_s with ``times_point``) for every pair, output
     position t and source position s: [B, T, S]."""

@@ -45,7 +45,7 @@ whole prefix (a test checks it to 1e-5).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, cast
 
@@ -334,7 +334,7 @@ class Residual(nn.Module):
         z = z + self.dropout(sublayer_output)
         return z if self.pre_norm else self.norm(z)
 
-    def forward(self, z: torch.Tensor, sublayer) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         return self.after(z, sublayer(self.before(z)))
 
 

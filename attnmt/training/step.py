@@ -65,7 +65,7 @@ def backward_on_batch(
                                   tgt_mask=batch.tgt_mask)  # logits of the real tokens only: [N, V]
     loss_sum, nll_sum, count = token_losses(at_least_float32(logits), batch.tgt_out, batch.tgt_mask, label_smoothing)
     total = loss_sum
-    guide_sum = 0.0
+    guide_sum: float | torch.Tensor = 0.0
     if guide is not None:
         guide_term = guided_alignment_loss(select_attention(attention, guide.layer, guide.head), guide.target)
         total = loss_sum + guide.weight * guide_term
