@@ -51,7 +51,7 @@ from attnmt.runtime.tables import format_table
 from attnmt.runtime.threads import ThreadChooser, available_cores
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
-from attnmt.training.step import backward_on_batch
+from attnmt.training.trainer import train_step
 
 from common import portable
 
@@ -121,7 +121,6 @@ def train_block(parts, batches, form: str, cores: int, seconds_at_most: float, u
     """Target tokens per second of the recipe's training steps over ``batches`` (those that fit in
     ``seconds_at_most``)."""
     chooser = chooser_for(form, cores, 3, used)
-    model, training = parts.model, parts.config.training
     tokens = seconds = 0.0
     for batch in batches:
         if seconds > seconds_at_most:
@@ -129,11 +128,8 @@ def train_block(parts, batches, form: str, cores: int, seconds_at_most: float, u
         started = time.perf_counter()  # the chooser's reading of the load is part of the cost
         if chooser is not None:
             chooser.before()
-        parts.optimizer.zero_grad(set_to_none=True)
         target = int(batch.tgt_mask.sum())
-        backward_on_batch(model, batch, training.label_smoothing, target, precision=training.precision)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm or float("inf"))
-        parts.optimizer.step()
+        train_step(parts, batch, target)  # the trainer's own step
         tokens, seconds = tokens + target, seconds + time.perf_counter() - started
     return tokens / seconds
 

@@ -27,6 +27,7 @@ Three steps, each its own command so that a short lease of a GPU can run them in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import platform
@@ -48,22 +49,23 @@ from attnmt.decoding.translator import Translator
 from attnmt.evaluation.evaluate import data_of_run
 from attnmt.evaluation.scores import likelihood_sums
 from attnmt.models import build_model
-from attnmt.models.common import at_least_float32, count_parameters
-from attnmt.models.losses import token_losses
+from attnmt.models.common import count_parameters
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
-from attnmt.runtime.precision import autocast, grad_scaler
+from attnmt.runtime.precision import grad_scaler
 from attnmt.runtime.tables import format_table
 from attnmt.training.averaging import WeightAverage
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
+from attnmt.training.step import backward_on_batch
+from attnmt.training.trainer import optimizer_update, train_step
 
 from common import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
 RECIPES = ["configs/multi30k_rnn_gpu.yaml", "configs/multi30k_transformer_gpu.yaml"]
 PRECISIONS = ["fp32", "bf16", "fp16"]
-PARTS = ["data", "forward", "backward", "optimiser"]
+PARTS = ["data", "forward and backward", "optimiser"]
 
 
 def synchronize(device: torch.device) -> None:
@@ -87,49 +89,43 @@ def device_facts(device: torch.device) -> dict:
 
 
 class StepRunner:
-    """One precision's model, Adam, GradScaler and weight average, stepping as the trainer does
-    (attnmt.training.trainer.Trainer._step), with hooks to time the parts of a step."""
+    """One precision's model, Adam, GradScaler and weight average, in the trainer's parts, stepped
+    by the trainer's own ``train_step``; ``batch``, ``gradients`` and ``update`` are its parts,
+    each attnmt's own code, for timing them apart."""
 
     def __init__(self, config, parts, precision: str, device: torch.device):
         torch.manual_seed(config.training.seed)
-        self.config, self.parts, self.precision, self.device = config, parts, precision, device
+        config = dataclasses.replace(config, training=dataclasses.replace(config.training, precision=precision))
         tokenizers = parts.tokenizers
-        self.model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
-        self.model.train()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.training.lr)
-        self.scaler = grad_scaler(precision, device.type)
+        model = build_model(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
+        model.train()
         decay = config.training.ema_decay
-        self.average = WeightAverage(self.model, decay) if decay is not None else None
+        self.parts = dataclasses.replace(
+            parts, config=config, model=model, ddp_model=model,
+            optimizer=torch.optim.Adam(model.parameters(), lr=config.training.lr),
+            scaler=grad_scaler(precision, device.type),
+            average=WeightAverage(model, decay) if decay is not None else None,
+        )
+        self.model, self.device = model, device
 
     def batch(self, indices):
         batch = collate(self.parts.train_src, self.parts.train_tgt, indices)
         pin = self.device.type == "cuda"
         return (batch.pin_memory() if pin else batch).to(self.device, non_blocking=pin)
 
-    def forward(self, batch):
-        training = self.config.training
-        with autocast(self.precision, self.device.type):
-            logits, _ = self.model(batch.src, batch.src_mask, batch.tgt_in, tgt_mask=batch.tgt_mask)
-        loss_sum, _, count = token_losses(at_least_float32(logits), batch.tgt_out, batch.tgt_mask,
-                                          training.label_smoothing)
-        return loss_sum / count
+    def gradients(self, batch) -> None:
+        """Forward and backward, as ``train_step`` runs them."""
+        training = self.parts.config.training
+        self.parts.optimizer.zero_grad(set_to_none=True)
+        backward_on_batch(self.model, batch, training.label_smoothing, int(batch.tgt_mask.sum()),
+                          precision=training.precision, scaler=self.parts.scaler)
 
-    def backward(self, loss) -> None:
-        self.scaler.scale(loss).backward()
-
-    def optimise(self) -> None:
-        self.scaler.unscale_(self.optimizer)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.training.clip_norm or float("inf"))
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        if self.average is not None:
-            self.average.update()
-        self.optimizer.zero_grad(set_to_none=True)
+    def update(self) -> None:
+        optimizer_update(self.parts)
 
     def step(self, indices) -> None:
         batch = self.batch(indices)
-        self.backward(self.forward(batch))
-        self.optimise()
+        train_step(self.parts, batch, int(batch.tgt_mask.sum()))
 
 
 def epoch_batches(config, parts) -> list[list[int]]:
@@ -170,9 +166,9 @@ def measure_precision(config, parts, precision: str, device: torch.device, steps
     spent = dict.fromkeys(PARTS, 0.0)
     for indices in again[:split_steps]:
         batch, spent["data"] = timed(functools.partial(runner.batch, indices), device, spent["data"])
-        loss, spent["forward"] = timed(functools.partial(runner.forward, batch), device, spent["forward"])
-        _, spent["backward"] = timed(functools.partial(runner.backward, loss), device, spent["backward"])
-        _, spent["optimiser"] = timed(runner.optimise, device, spent["optimiser"])
+        _, spent["forward and backward"] = timed(functools.partial(runner.gradients, batch), device,
+                                                 spent["forward and backward"])
+        _, spent["optimiser"] = timed(runner.update, device, spent["optimiser"])
     split_total = sum(spent.values())
     memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     top = sorted(profiler.key_averages(), key=lambda event: -event.self_cpu_time_total)[:8]

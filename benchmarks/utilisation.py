@@ -46,6 +46,7 @@ from attnmt.runtime.tables import format_table
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
 from attnmt.training.step import backward_on_batch
+from attnmt.training.trainer import train_step
 
 from common import portable
 
@@ -200,11 +201,7 @@ def measure(config_path: str, steps: int, profile_steps: int, check_batches: int
 
     # a profile of whole steps, as the trainer takes them (one warm-up step first)
     def step(batch) -> None:
-        parts.optimizer.zero_grad(set_to_none=True)
-        backward_on_batch(model, batch, config.training.label_smoothing, int(batch.tgt_mask.sum()),
-                          precision=precision)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.training.clip_norm or float("inf"))
-        parts.optimizer.step()
+        train_step(parts, batch, int(batch.tgt_mask.sum()))  # the trainer's own step
 
     chosen = batches[check_batches:check_batches + profile_steps + 1]
     step(chosen[0])

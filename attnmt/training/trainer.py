@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.data import batch_indices, collate, shard
+from attnmt.data import Batch, batch_indices, collate, shard
 from attnmt.data.corpus import ParallelCorpus
 from attnmt.decoding.translator import Translator
 from attnmt.errors import TrainingDiverged
@@ -46,10 +46,10 @@ from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
 from attnmt.training.randomness import capture_rng_state
 from attnmt.training.statistics import RunningStatistics, perplexity_of
-from attnmt.training.step import GuideBatch, backward_on_batch
+from attnmt.training.step import GuideBatch, StepStats, backward_on_batch
 from attnmt.training.tensorboard import TensorBoardLog
 
-__all__ = ["TrainResult", "Trainer", "ValidationHook", "train"]
+__all__ = ["TrainResult", "Trainer", "ValidationHook", "optimizer_update", "train", "train_step"]
 
 #: called on the main rank after each validation, with the translator of the weights just validated,
 #: the validation corpus, the epoch's number and the run folder. Presentation is wired in this way
@@ -232,28 +232,15 @@ class Trainer:
         """One optimizer step on this rank's ``batch`` (on the device; ``global_tokens`` target
         tokens in the batches of all ranks), or, when a limit is reached, none and
         ``progress.stop_reason`` set. The step's sums stay on the device: nothing here waits for it."""
-        parts, progress, training, context = self._parts, self._parts.progress, self.config.training, self.context
+        parts, progress, context = self._parts, self._parts.progress, self.context
         progress.stop_reason = self._limit_reached()
         if progress.stop_reason is not None:
             return
         if parts.threads is not None:
             parts.threads.before()
         started = time.perf_counter()
-        parts.optimizer.zero_grad(set_to_none=True)
         parts.schedule.set_step(progress.step + 1, self._budget_spent())
-        stats = backward_on_batch(
-            parts.ddp_model, batch, training.label_smoothing, global_tokens, context.world_size, training.precision,
-            self._guide_batch(batch), parts.scaler,
-        )
-        parts.scaler.unscale_(parts.optimizer)  # fp16: true gradients before clipping (else a no-op)
-        grad_norm = (
-            torch.nn.utils.clip_grad_norm_(parts.model.parameters(), training.clip_norm)
-            if training.clip_norm is not None else _grad_norm(parts.model)
-        )
-        parts.scaler.step(parts.optimizer)  # optimizer.step(), which fp16 skips when a gradient overflowed
-        parts.scaler.update()
-        if parts.average is not None:
-            parts.average.update()
+        stats, grad_norm = train_step(parts, batch, global_tokens, self._guide_batch(batch))
         sums = context.all_reduce_tensor(torch.stack([
             stats.loss_sum.double(), stats.nll_sum.double(),
             torch.as_tensor(stats.guide_sum, dtype=torch.float64, device=parts.device),
@@ -494,6 +481,35 @@ class Trainer:
                 "target_tokens": result.target_tokens,
             })
         return result
+
+
+def train_step(parts: TrainingParts, batch: Batch, global_tokens: int,
+               guide: GuideBatch | None = None) -> tuple[StepStats, torch.Tensor]:
+    """One optimizer step as the trainer takes it, at the learning rate ``parts.schedule`` has set:
+    the gradients of the batch's loss (``backward_on_batch``; ``global_tokens`` target tokens in the
+    batches of all ranks), unscaled (fp16), clipped to ``training.clip_norm``, Adam's update through
+    the scaler (fp16 skips a step whose gradients overflowed), then the moving average of the
+    weights. Returns the step's sums and the gradient norm before clipping. The benchmarks that
+    time a training step call this too."""
+    training = parts.config.training
+    parts.optimizer.zero_grad(set_to_none=True)
+    stats = backward_on_batch(parts.ddp_model, batch, training.label_smoothing, global_tokens,
+                              parts.context.world_size, training.precision, guide, parts.scaler)
+    return stats, optimizer_update(parts)
+
+
+def optimizer_update(parts: TrainingParts) -> torch.Tensor:
+    """The update after the backward pass: unscale (fp16), clip to ``training.clip_norm``, Adam
+    through the scaler, the moving average. Returns the gradient norm before clipping."""
+    clip_norm = parts.config.training.clip_norm
+    parts.scaler.unscale_(parts.optimizer)  # fp16: true gradients before clipping (else a no-op)
+    grad_norm = (torch.nn.utils.clip_grad_norm_(parts.model.parameters(), clip_norm)
+                 if clip_norm is not None else _grad_norm(parts.model))
+    parts.scaler.step(parts.optimizer)  # optimizer.step(), which fp16 skips when a gradient overflowed
+    parts.scaler.update()
+    if parts.average is not None:
+        parts.average.update()
+    return grad_norm
 
 
 def _grad_norm(model) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """One lever of a training step, A against B on the same batches: what it gives a step on this machine.
 
-A recipe's whole training step (forward, backward, clipping, Adam, as ``benchmarks/utilisation.py``
-takes it) runs on the same batches with each value of the lever, in the order A B … then … B A,
+A recipe's whole training step (the trainer's own ``train_step``: forward, backward, clipping, Adam
+and the moving average) runs on the same batches with each value of the lever, in the order A B … then … B A,
 round after round, so that a slow moment of the machine falls on every value. Reports each value's
 median target tokens/s, its ratio to the first value (the baseline), and how many rounds it lost.
 
@@ -44,7 +44,7 @@ from attnmt.runtime.tables import format_table
 from attnmt.training.builder import build_training
 from attnmt.training.distributed import DistributedContext
 from attnmt.training.optimizer import build_adam, load_adam_state
-from attnmt.training.step import backward_on_batch
+from attnmt.training.trainer import train_step
 
 from common import portable
 
@@ -106,11 +106,7 @@ def measure(config_path: str, lever: str, batches_per_round: int, rounds: int, f
     batches = [collate(parts.train_src, parts.train_tgt, indices) for indices in positions[:batches_per_round + 10]]
 
     def step(batch) -> None:
-        parts.optimizer.zero_grad(set_to_none=True)
-        backward_on_batch(model, batch, training.label_smoothing, int(batch.tgt_mask.sum()),
-                          precision=training.precision)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), training.clip_norm or float("inf"))
-        parts.optimizer.step()
+        train_step(parts, batch, int(batch.tgt_mask.sum()))  # the trainer's own step
 
     for batch in batches[:10]:  # warm-up: the allocator and oneDNN's kernels
         step(batch)
