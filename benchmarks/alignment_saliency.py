@@ -19,7 +19,7 @@ trial as in ``alignment_students.py``.
     python benchmarks/alignment_saliency.py runs/hansards-align-plustest-en-fr runs/hansards-align-plustest-fr-en \
         --section saliency_students
 
-Prints a table and writes the ``saliency`` section of benchmarks/results/alignment.json (or the one
+Prints a table and writes the ``saliency`` section of benchmarks/results/alignment/alignment.json (or the one
 ``--section`` names; the other sections are kept). ``--pairs N`` keeps the first N pairs of each
 split (a smoke test only).
 """

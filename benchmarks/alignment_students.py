@@ -11,7 +11,7 @@ section's test links) and with the sections ``--compare`` names, on the same boo
 its test errors are counted by kind. Target: test AER ≤ 0.050. Several runs of one direction
 (e.g. an RNN and a Transformer) combine by their geometric mean.
 
-Prints a table and writes the ``students`` section of ``benchmarks/results/alignment.json`` (or
+Prints a table and writes the ``students`` section of ``benchmarks/results/alignment/alignment.json`` (or
 the one ``--section`` names; the other sections are kept).
 
     python benchmarks/alignment_students.py runs/hansards-align-en-fr runs/hansards-align-fr-en

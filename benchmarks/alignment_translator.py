@@ -14,7 +14,7 @@ never mixed into the single translator's numbers: the weighted geometric mean
 the other way round (fr → en, its weights transposed; equal shares), with vector attention (the
 vector share and the vector scoring τ, κ chosen per method on trial), or with both.
 
-Prints tables and writes the ``translator`` section of ``benchmarks/results/alignment.json`` (or
+Prints tables and writes the ``translator`` section of ``benchmarks/results/alignment/alignment.json`` (or
 the one ``--section`` names; the other sections are kept). A run trained with guided alignment
 (``data.train_links``) records its guide settings there (``alignment_guide``).
 

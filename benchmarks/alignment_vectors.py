@@ -14,7 +14,7 @@ Protocol (``attnmt.alignment.protocol``)
   *position-only* aligner (all vectors zero, so only the distortion prior speaks), tuned alike.
 - English is the source side, as in the NAACL files (``sent en_pos fr_pos``).
 
-Prints a table and writes the ``vector`` section of ``benchmarks/results/alignment.json`` (its
+Prints a table and writes the ``vector`` section of ``benchmarks/results/alignment/alignment.json`` (its
 other sections are kept). Keys keep their names of 0.1.0: ``seed_formula`` is the plain scaled
 dot product (the ``scaled_dot`` scoring, called ``seed`` then).
 

@@ -1,6 +1,6 @@
 """How fast (and how small) is attnmt's attention, next to a baseline measured in the same run?
 
-    python benchmarks/attention.py [--quick] [--threads N] [--output benchmarks/results/attention.json]
+    python benchmarks/attention.py [--quick] [--threads N] [--output benchmarks/results/mechanisms/attention.json]
 
 Five questions, each answered as a ratio contender / baseline (lower is better):
 
@@ -71,7 +71,7 @@ from attnmt.attention.functional import scaled_dot_product_attention
 from attnmt.attention.multihead import MultiHeadAttention
 
 SHAPES = [(64, 1, 5, 64), (32, 8, 128, 64), (8, 8, 1024, 64), (1, 8, 4096, 64)]
-RESULTS = Path(__file__).resolve().parent / "results" / "attention.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "mechanisms" / "attention.json"
 
 
 # --- timing --------------------------------------------------------------------------------------

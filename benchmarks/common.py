@@ -58,7 +58,7 @@ def portable(value: Any) -> Any:
 
 HANSARDS = DATA / "hansards-en-fr"
 GOLD = DATA / "alignment-gold" / "hansards-en-fr"
-RESULTS = PROJECT / "benchmarks" / "results" / "alignment.json"
+RESULTS = PROJECT / "benchmarks" / "results" / "alignment" / "alignment.json"
 
 #: AER on this test set, for orientation (see docs/results.md for the sources)
 PUBLISHED = {

@@ -54,9 +54,9 @@ from attnmt.runtime.atomic_files import write_text_atomic
 from common import portable
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "decoding.json"  # a trained run (--run)
-RESULTS_BF16 = ROOT / "benchmarks" / "results" / "decoding-bf16.json"
-RESULTS_RANDOM = ROOT / "benchmarks" / "results" / "decoding_random.json"  # random models (no --run)
+RESULTS = ROOT / "benchmarks" / "results" / "search" / "decoding.json"  # a trained run (--run)
+RESULTS_BF16 = ROOT / "benchmarks" / "results" / "search" / "decoding-bf16.json"
+RESULTS_RANDOM = ROOT / "benchmarks" / "results" / "search" / "decoding_random.json"  # random models (no --run)
 EOS = 3
 SIZES = {
     "realistic": dict(vocab=8000, embed_dim=256, hidden_dim=512),
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="bf16: every search under CPU bfloat16 autocast (both methods alike)")
     parser.add_argument("--output", type=Path, default=None,
-                        help="default: benchmarks/results/decoding.json with --run (decoding-bf16.json with "
+                        help="default: benchmarks/results/search/decoding.json with --run (decoding-bf16.json with "
                              "--precision bf16), decoding_random.json without")
     args = parser.parse_args(argv)
     if args.output is None:

@@ -43,9 +43,9 @@ its new self, a run that cannot resume to the same end, or a file written outsid
 folder), "hang" (past the time limit), "ran code" (a file's code ran), "user file changed" (an
 input was changed); "different result" also counts a misbehaving mechanism that ends with status
 0 and a damaged checkpoint that translates into nothing but unknown pieces. The table and
-``benchmarks/results/faults.json`` count them.
+``benchmarks/results/faults/faults.json`` count them.
 
-    python benchmarks/faults.py                 # writes benchmarks/results/faults.json (about 20 minutes)
+    python benchmarks/faults.py                 # writes benchmarks/results/faults/faults.json (about 20 minutes)
     python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50 --hostile 16 --onto 22 --numbers 40 \\
         --formats 15 --signals 5 --configs 40 --checkpoints 60 --mechanisms 40    # a quick look
 """
@@ -99,7 +99,7 @@ from fault_data.untrusted import edited_checkpoints, edited_configs, misbehaving
 PROJECT = Path(__file__).resolve().parents[1]
 
 
-RESULTS = PROJECT / "benchmarks" / "results" / "faults.json"
+RESULTS = PROJECT / "benchmarks" / "results" / "faults" / "faults.json"
 
 
 def save_yaml(folder: Path, config: dict, name: str) -> Path:

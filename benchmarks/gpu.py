@@ -14,12 +14,12 @@ Three steps, each its own command so that a short lease of a GPU can run them in
             several batch sizes: the time of ``Translator.translate`` alone, median of ``--repeats``
             after one warm-up.
 ``report``  Puts the speed, decoding and recipe JSON files (benchmarks/recipe.py) into one file,
-            benchmarks/results/gpu.json, and prints the tables.
+            benchmarks/results/gpu/gpu.json, and prints the tables.
 
     python benchmarks/gpu.py speed --json gpu_speed.json
     python benchmarks/gpu.py decode runs/rnn-gpu runs/transformer-gpu --json gpu_decode.json
     python benchmarks/gpu.py report --speed gpu_speed.json --decode gpu_decode.json \\
-        --recipe rnn=rnn_gpu.json --recipe transformer=transformer_gpu.json --json benchmarks/results/gpu.json
+        --recipe rnn=rnn_gpu.json --recipe transformer=transformer_gpu.json --json benchmarks/results/gpu/gpu.json
 
 ``--device cpu`` runs ``speed`` and ``decode`` on the CPU, as a smoke test of the script.
 """

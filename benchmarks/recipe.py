@@ -1,7 +1,7 @@
 """A recipe's numbers: train a config under its time budget, score it, write one JSON.
 
     python benchmarks/recipe.py configs/multi30k_rnn.yaml --out runs/rnn-recipe \
-        --json benchmarks/results/multi30k_rnn.json
+        --json benchmarks/results/recipes/multi30k_rnn.json
     python benchmarks/recipe.py --run runs/rnn-recipe --json ...   # score a run trained already
 
 Reports parameters, training tokens/s, minutes per epoch, epochs, training wall time, and on the

@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("run", type=Path, help="a trained run folder")
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--sentences", type=int, default=200, help="sentences every method reads (default 200)")
-    parser.add_argument("--output", type=Path, default=PROJECT / "benchmarks" / "results" / "saliency.json")
+    parser.add_argument("--output", type=Path,
+                        default=PROJECT / "benchmarks" / "results" / "saliency" / "saliency.json")
     parser.add_argument("--completeness", action="store_true",
                         help="measure integrated gradients' completeness gap instead of the time")
     args = parser.parse_args()

@@ -12,7 +12,7 @@ model sent while another computes saliency. Last, the page: its HTML, two files 
 Targets (issue: attnmt serve): the first translation within 0.3 s (median), saliency within 3 s,
 the page within 1 s, on 2 cores with three models (an RNN, a Transformer and the tiny config's run).
 
-    python benchmarks/serve.py RUN [RUN ...] --json benchmarks/results/serve.json
+    python benchmarks/serve.py RUN [RUN ...] --json benchmarks/results/speed/serve.json
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ The encoder and the output layer (with the loss) are work both methods do; timed
 batch they bound the speed-up: step loop / (encoder + output layer) is a ceiling that no decoder
 flow can pass. A second table prints it.
 
-    python benchmarks/training_speed.py                  # full run, writes benchmarks/results/training_speed.json
+    python benchmarks/training_speed.py                  # full run, writes benchmarks/results/speed/training_speed.json
     python benchmarks/training_speed.py --quick          # tiny sizes, a smoke test
 """
 
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from attnmt.attention.functional import padding_mask
 from attnmt.models import build_model, count_parameters
 
-RESULTS = Path(__file__).resolve().parent / "results" / "training_speed.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "speed" / "training_speed.json"
 PAD, BOS, EOS = 0, 2, 3
 
 

@@ -247,7 +247,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=150, help="steps of the timed attnmt train run")
     parser.add_argument("--profile-steps", type=int, default=10)
     parser.add_argument("--check-batches", type=int, default=3, help="batches FlopCounterMode checks")
-    parser.add_argument("--json", type=Path, default=PROJECT / "benchmarks" / "results" / "utilisation.json")
+    parser.add_argument("--json", type=Path, default=PROJECT / "benchmarks" / "results" / "speed" / "utilisation.json")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="attnmt-utilisation-") as temporary:

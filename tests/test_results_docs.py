@@ -6,7 +6,7 @@ template may not type a decimal figure. Elsewhere (README.md, docs/mechanisms.md
 a paragraph with figures is preceded by a comment that names, in order, the key of each
 figure in it (the lines after the comment, up to a blank line)::
 
-    <!-- figures from alignment.json:students_plustest_120
+    <!-- figures from alignment/alignment.json:students_plustest_120
     rows/{both, agreement >= 0.4}/aer  rows/{both, agreement >= 0.4}/aer_95_interval/{0|1}  =
     -->
 
@@ -154,7 +154,7 @@ def test_a_figure_nudged_in_a_page_or_in_its_file_fails(monkeypatch):
     figure = re.search(r"\b(\d+)\.(\d{4})\b", text)  # the first figure printed with 4 decimals
     nudged = f"{figure.group(1)}.{int(figure.group(2)) + 1:04d}"
     assert text.replace(figure.group(0), nudged, 1) != render_docs.render(template)
-    name, pointer = "alignment.json", "/students_plustest_120/rows/both, agreement >= 0.4/aer"
+    name, pointer = "alignment/alignment.json", "/students_plustest_120/rows/both, agreement >= 0.4/aer"
     data = json.loads((RESULTS / name).read_text(encoding="utf-8"))
     data["students_plustest_120"]["rows"]["both, agreement >= 0.4"]["aer"] += 0.0001
     monkeypatch.setattr(render_docs, "_results", lambda file: data if file == name else _results(file))
@@ -168,9 +168,10 @@ def test_a_template_may_not_type_a_figure(tmp_path):
         template.write_text(f"# A page\n\n{typed}\n", encoding="utf-8")
         with pytest.raises(render_docs.TemplateError, match="is typed"):
             render_docs.render(template)
-    template.write_text("`--alpha 1.2`, τ = {=0.4} and {{beam_sizes.json#/results/1/bleu|.2f}}\n", encoding="utf-8")
+    template.write_text("`--alpha 1.2`, τ = {=0.4} and {{search/beam_sizes.json#/results/1/bleu|.2f}}\n",
+                        encoding="utf-8")
     assert render_docs.render(template).endswith("`--alpha 1.2`, τ = 0.4 and 41.48\n")
-    template.write_text("{{beam_sizes.json#/results/9/bleu|.2f}}\n", encoding="utf-8")
+    template.write_text("{{search/beam_sizes.json#/results/9/bleu|.2f}}\n", encoding="utf-8")
     with pytest.raises(render_docs.TemplateError, match="is not in benchmarks/results/"):
         render_docs.render(template)
 
@@ -186,9 +187,9 @@ def test_placeholders_print_units_and_signs():
 def test_the_check_tells_a_near_figure_from_the_right_one():
     """One key, not any number of the file: 0.0484 is students_plustest_120's AER, 0.0485 is not."""
     key = "rows/both, agreement >= 0.4/aer"
-    assert _check(("", "0.0484", ""), key, "alignment.json", "students_plustest_120") is None
-    assert _check(("", "0.0485", ""), key, "alignment.json", "students_plustest_120") is not None
-    assert _check(("", "0.0484", ""), "rows/both, agreement >= 0.5/aer", "alignment.json",
+    assert _check(("", "0.0484", ""), key, "alignment/alignment.json", "students_plustest_120") is None
+    assert _check(("", "0.0485", ""), key, "alignment/alignment.json", "students_plustest_120") is not None
+    assert _check(("", "0.0484", ""), "rows/both, agreement >= 0.5/aer", "alignment/alignment.json",
                   "students_plustest_120") is None  # τ = 0.5 gives the same on test, as the docs say
     assert _expand("a/{b|c}/{d|e}") == ["a/b/d", "a/b/e", "a/c/d", "a/c/e"]
 

@@ -5,7 +5,7 @@ pairs together in both directions, as statistical aligners are used; every symme
 scored, and the one with the lowest trial AER is the teacher's figure (``attnmt.alignment.protocol``).
 Which eflomal settings make a better teacher is ``alignment_teacher_settings.py``'s question.
 
-Prints a table and writes the ``teacher`` section of ``benchmarks/results/alignment.json`` (the
+Prints a table and writes the ``teacher`` section of ``benchmarks/results/alignment/alignment.json`` (the
 other sections are kept), with the chosen configuration's test links, so that students are paired
 with their teacher on the same bootstrap redraws.
 

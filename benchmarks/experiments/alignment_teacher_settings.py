@@ -10,7 +10,7 @@ scored on test, and paired on the same bootstrap redraws (``attnmt.alignment.pro
 direction kept when at least V of the runs found it, at every V, every symmetrisation) to the
 trial's choices; the best single setting is then also scored on test and paired with the choice.
 
-Prints a table and writes the ``teacher_settings`` section of ``benchmarks/results/alignment.json``
+Prints a table and writes the ``teacher_settings`` section of ``benchmarks/results/alignment/alignment.json``
 (or the one ``--section`` names; the other sections are kept).
 
     PYTHONPATH=benchmarks python benchmarks/experiments/alignment_teacher_settings.py --eflomal-samplers 3 8 --eflomal-prefix 0 5 [--eflomal-vote]

@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", choices=sorted(SHORT_NAMES), default=sorted(SHORT_NAMES),
                         help="which allocators (default: all that are installed)")
     parser.add_argument("--evaluate", type=Path, metavar="RUN", help="also time attnmt evaluate on RUN")
-    parser.add_argument("--json", type=Path, default=PROJECT / "benchmarks" / "results" / "allocator.json")
+    parser.add_argument("--json", type=Path, default=PROJECT / "benchmarks" / "results" / "speed" / "allocator.json")
     args = parser.parse_args()
     chosen = {SHORT_NAMES[short] for short in args.variants} | {"glibc (default)"}
     variants = {name: env for name, env in VARIANTS.items()

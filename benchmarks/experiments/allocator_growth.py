@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("run", type=Path, help="a trained run folder (copied; the original is not touched)")
     parser.add_argument("--minutes", type=float, default=14.0, help="training minutes after resuming")
     parser.add_argument("--every", type=float, default=10.0, help="seconds between readings")
-    parser.add_argument("--json", type=Path, default=PROJECT / "benchmarks" / "results" / "allocator_growth.json")
+    parser.add_argument("--json", type=Path, default=PROJECT / "benchmarks" / "results" / "speed" / "allocator_growth.json")
     args = parser.parse_args()
     start_minutes = trained_minutes(args.run)
     until = start_minutes + args.minutes

@@ -6,7 +6,7 @@ dynamic=True)``: batch shapes change every step). Reported: the seconds until th
 are done (compilation happens there) and the tokens/s of the next ``--steps`` steps. Both runs use
 the same batches, weights and order.
 
-    PYTHONPATH=benchmarks python benchmarks/experiments/compile.py                    # both models, writes benchmarks/results/compile.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/compile.py                    # both models, writes benchmarks/results/speed/compile.json
     PYTHONPATH=benchmarks python benchmarks/experiments/compile.py --models transformer --steps 10
     PYTHONPATH=benchmarks python benchmarks/experiments/compile.py --device cuda --precision bf16 --max-tokens 4096 --steps 200 \
         --output benchmarks/results/gpu/compile.json   # on a GPU: TF32 on, as attnmt trains there
@@ -30,7 +30,7 @@ from attnmt.runtime.device import enable_tf32
 from attnmt.runtime.tables import format_table
 from attnmt.training import backward_on_batch
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "compile.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "speed" / "compile.json"
 MODELS = {
     "transformer": {"type": "transformer", "d_model": 256, "heads": 4, "ffn_dim": 1024, "encoder_layers": 3,
                     "decoder_layers": 3, "dropout": 0.1},

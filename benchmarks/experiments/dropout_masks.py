@@ -12,7 +12,7 @@ shapes of those recipes' dropout calls, the microseconds of one forward dropout
   multiple of 1/256, and the scale uses that probability), a draw per byte;
 - the same bytes eight to a 64-bit draw: ``model.dropout_mask: bytes`` (``attnmt.models.dropout``).
 
-    PYTHONPATH=benchmarks python benchmarks/experiments/dropout_masks.py --json benchmarks/results/dropout_masks.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/dropout_masks.py --json benchmarks/results/speed/dropout_masks.json
 
 Two threads, as training uses. Each timing is the median of ``--rounds`` rounds of ``--calls``
 calls. Prints a table; writes the JSON.
@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "dropout_masks.json")
+    parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "speed" / "dropout_masks.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

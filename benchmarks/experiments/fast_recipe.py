@@ -6,7 +6,7 @@ five minutes and a quarter of an hour of training give, as mean ± standard devi
 
 Each seed is one run, trained to 5 minutes and scored (test_2016_flickr, greedy and beam 5, with
 `benchmarks/recipe.py`), then resumed to 15 minutes and scored again; the JSON of each in
-benchmarks/results/fast/. A recipe whose learning rate follows the budget (``lr_schedule:
+benchmarks/results/recipes/fast/. A recipe whose learning rate follows the budget (``lr_schedule:
 warmdown`` or ``cosine``) trains one run per seed and budget instead, as a user who asks for that
 budget gets. Run it on an otherwise idle machine:
 the budgets are wall-clock minutes. Prints a table and writes
@@ -37,7 +37,7 @@ from common import portable
 
 PROJECT = Path(__file__).resolve().parents[2]
 CONFIG = PROJECT / "configs" / "multi30k_rnn_fast.yaml"
-RESULTS = PROJECT / "benchmarks" / "results"
+RESULTS = PROJECT / "benchmarks" / "results" / "recipes"
 
 
 def spread(values: list[float]) -> dict:

@@ -1,7 +1,7 @@
 """Levers of the fast CPU recipe, compared: the validation numbers of short runs that differ in one
 or two settings, read from their run folders (no training here).
 
-    PYTHONPATH=benchmarks python benchmarks/experiments/levers.py NAME=RUN[:what changed] ... --json benchmarks/results/fast_levers.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/levers.py NAME=RUN[:what changed] ... --json benchmarks/results/recipes/fast_levers.json
 
 For each run: parameters, steps, training target tokens, median target tokens/s, and at its best
 checkpoint the validation perplexity and validation BLEU (greedy, on ``bleu_max_sentences``

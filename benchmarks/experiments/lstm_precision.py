@@ -12,7 +12,7 @@ and backward, three ways:
 For each: the output's dtype, the LSTM operators the profiler saw, and the median milliseconds of
 ``--repeats`` calls after a warm-up, on ``--threads`` threads. Run it on an otherwise idle machine.
 
-    PYTHONPATH=benchmarks python benchmarks/experiments/lstm_precision.py --json benchmarks/results/lstm_precision.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/lstm_precision.py --json benchmarks/results/speed/lstm_precision.json
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ and the moving average) runs on the same batches with each value of the lever, i
 round after round, so that a slow moment of the machine falls on every value. Reports each value's
 median target tokens/s, its ratio to the first value (the baseline), and how many rounds it lost.
 
-    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever adam --json benchmarks/results/step_ab_adam.json
-    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever dropout_mask --json benchmarks/results/step_ab_dropout_mask.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever adam --json benchmarks/results/speed/step_ab_adam.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever dropout_mask --json benchmarks/results/speed/step_ab_dropout_mask.json
     PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever cpu_bf16 configs/multi30k_rnn_fast.yaml --batches 20 --rounds 4 \\
-        --json benchmarks/results/step_ab_cpu_bf16.json
+        --json benchmarks/results/speed/step_ab_cpu_bf16.json
 
 Levers:
 - ``adam``: ``training.adam`` for_loop (what runs before the option used on a CPU), foreach, fused.

@@ -67,7 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=150, help="training steps per run (default 150)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of all variants (default 2)")
-    parser.add_argument("--output", type=Path, default=PROJECT / "benchmarks" / "results" / "user_attention.json")
+    parser.add_argument("--output", type=Path, default=PROJECT / "benchmarks" / "results" / "mechanisms" / "user_attention.json")
     args = parser.parse_args()
 
     speeds: dict[str, list[float]] = {name: [] for name in VARIANTS}

@@ -11,7 +11,7 @@ Per model kind (RNN, Transformer):
   attnmt's search uses the length penalty chosen on validation; JoeyNMT's hypotheses (its own beam
   search, alpha 1.0) are scored here by the same sacrebleu against the raw references.
 
-    python benchmarks/peers/joeynmt/compare.py --json benchmarks/results/gpu_peer.json
+    python benchmarks/peers/joeynmt/compare.py --json benchmarks/results/gpu/gpu_peer.json
 """
 
 from __future__ import annotations
