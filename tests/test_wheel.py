@@ -9,6 +9,7 @@ files, so this clone's editable install stays out of sight.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -38,8 +39,9 @@ def installed(tmp_path_factory) -> Path:
     needed = ("attnmt", "pyproject.toml", "README.md")
     shutil.copytree(PROJECT, source, symlinks=True, ignore=lambda folder, names: [
         name for name in names if name == "__pycache__" or (Path(folder) == PROJECT and name not in needed)])
-    run(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "--quiet",
-        "-w", root / "dist", cwd=source)
+    # setuptools of this environment when it has one (offline), else pip fetches it from the index
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    run(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", *isolation, "--quiet", "-w", root / "dist", cwd=source)
     wheels = list((root / "dist").glob("attnmt-*.whl"))
     assert len(wheels) == 1, wheels
     venv = root / "venv"
