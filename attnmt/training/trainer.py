@@ -19,7 +19,6 @@ ends with the same numbers as a run never stopped. Run-folder files: ``attnmt.ru
 
 from __future__ import annotations
 
-import logging
 import math
 import sys
 import time
@@ -53,13 +52,11 @@ __all__ = ["TrainResult", "Trainer", "ValidationHook", "optimizer_update", "trai
 
 #: called on the main rank after each validation, with the translator of the weights just validated,
 #: the validation corpus, the epoch's number and the run folder. Presentation is wired in this way
-#: (``attnmt.visual.examples.draw_validation_examples`` draws heatmaps, ``attnmt.workflows`` adds
+#: (``attnmt.visual.heatmap.draw_validation_examples`` draws heatmaps, ``attnmt.workflows`` adds
 #: it): training itself draws nothing.
 ValidationHook = Callable[[Translator, ParallelCorpus, int, Path], None]
 
 BAR_EVERY = 10  # steps between updates of the progress bar's loss and tokens/s
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
