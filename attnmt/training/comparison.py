@@ -213,18 +213,23 @@ class Comparison:
 
     def chart_data(self) -> dict[str, Any]:
         """The keyword arguments of ``attnmt.visual.charts.runs_chart_png`` for this comparison: per
-        mechanism with finished runs, each metric's values over its runs."""
-        values = {mechanism: {metric: [getattr(o, metric) for o in self.outcomes if o.mechanism == mechanism]
-                              for metric in self.metrics}
-                  for mechanism in self.statistics()}
-        counts = sorted({len(by_metric[METRICS[0]]) for by_metric in values.values()})
+        mechanism with finished runs and per metric, its mean and standard deviation
+        (``statistics``) and the value of each run."""
+        table = self.statistics()
+        bars = {mechanism: {metric: (stats.mean, stats.std) for metric, stats in by_metric.items()}
+                for mechanism, by_metric in table.items()}
+        dots = {mechanism: {metric: [getattr(o, metric) for o in self.outcomes if o.mechanism == mechanism]
+                            for metric in self.metrics}
+                for mechanism in table}
+        counts = sorted({by_metric[METRICS[0]].n for by_metric in table.values()})
         runs = "no" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
         return {
-            "values": values,
+            "bars": bars,
+            "dots": dots,
             "titles": {metric: METRIC_LABELS[metric] + (" (lower is better)" if metric == "perplexity" else "")
                        for metric in self.metrics},
             "suptitle": f"{self.split}: mean ± standard deviation over {runs} runs (dots: single runs)",
-            "labels": {mechanism: short_name(mechanism) for mechanism in values},
+            "labels": {mechanism: short_name(mechanism) for mechanism in table},
             "from_zero": [metric for metric in self.metrics if metric != "rank_correlation"],
         }
 

@@ -1,15 +1,15 @@
 """Bar charts of runs compared (``attnmt compare``'s summary.png).
 
-One panel per metric: per group (a mechanism) the mean over its runs as a bar, ± one sample
-standard deviation (n − 1) as an error bar, and every run as a dot. The standard deviation of one
-run is undefined and drawn as none. matplotlib's Figure API with the Agg canvas (no pyplot).
+One panel per metric: per group (a mechanism) the mean over its runs as a bar, ± one standard
+deviation as an error bar, and every run as a dot; the caller gives the statistics (the
+comparison's own, ``attnmt.training.comparison.Statistics``), and an undefined one is drawn as
+none. matplotlib's Figure API with the Agg canvas (no pyplot).
 """
 
 from __future__ import annotations
 
 import io
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -19,15 +19,14 @@ from matplotlib.figure import Figure
 __all__ = ["runs_chart_png"]
 
 
-def _mean_and_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation, each 0 where it is undefined (no run, one run, NaN)."""
-    mean = statistics.fmean(values) if values else math.nan
-    std = statistics.stdev(values) if len(values) > 1 else math.nan
-    return (0.0 if math.isnan(mean) else mean), (0.0 if math.isnan(std) else std)
+def _drawn(value: float) -> float:
+    """An undefined statistic (NaN: no run, or one run's standard deviation) drawn as 0."""
+    return 0.0 if math.isnan(value) else value
 
 
 def runs_chart_png(
-    values: Mapping[str, Mapping[str, Sequence[float]]],
+    bars: Mapping[str, Mapping[str, tuple[float, float]]],
+    dots: Mapping[str, Mapping[str, Sequence[float]]],
     titles: Mapping[str, str],
     suptitle: str,
     labels: Mapping[str, str] | None = None,
@@ -35,21 +34,23 @@ def runs_chart_png(
 ) -> bytes:
     """The chart as PNG bytes.
 
-    values: ``{group: {metric: [value of run 1, run 2, ...]}}``, groups and metrics in drawing order.
-    titles: ``{metric: panel title}``; labels: ``{group: tick label}`` (default the group's name).
-    from_zero: the metrics whose axis starts at 0 (values that are never negative).
+    bars: ``{group: {metric: (mean, standard deviation)}}``, groups in drawing order.
+    dots: ``{group: {metric: [value of run 1, run 2, ...]}}``.
+    titles: ``{metric: panel title}``, metrics in drawing order; labels: ``{group: tick label}``
+    (default the group's name). from_zero: the metrics whose axis starts at 0.
     """
-    groups = list(values)
+    groups = list(bars)
     metrics = list(titles)
     figure = Figure(figsize=(3.2 * len(metrics) + 0.4 * max(len(groups) - 3, 0) * len(metrics), 3.6), dpi=120)
     FigureCanvasAgg(figure)
     positions = np.arange(len(groups))
     for column, metric in enumerate(metrics, start=1):
         axes = figure.add_subplot(1, len(metrics), column)
-        means, errors = zip(*(_mean_and_std(values[group][metric]) for group in groups)) if groups else ((), ())
+        means = [_drawn(bars[group][metric][0]) for group in groups]
+        errors = [_drawn(bars[group][metric][1]) for group in groups]
         axes.bar(positions, means, yerr=errors, capsize=4, color="#9ecae1", edgecolor="#3182bd", linewidth=0.8)
         for position, group in zip(positions, groups):
-            runs = values[group][metric]
+            runs = dots[group][metric]
             axes.plot([position] * len(runs), runs, "o", color="#08519c", markersize=3, zorder=3)
         axes.set_xticks(positions)
         axes.set_xticklabels([(labels or {}).get(group, group) for group in groups], rotation=30, ha="right")
