@@ -152,10 +152,14 @@ def test_no_module_imports_from_a_higher_layer():
     assert climbing_edges(MODULES) == []
 
 
+def drawing_below_visual(modules: dict[str, Module]) -> list[str]:
+    """The modules below ``DRAWING_FROM`` that import matplotlib."""
+    return sorted(name for name, module in modules.items()
+                  if "matplotlib" in module.libraries and RANK[layer_of(name)] < RANK[DRAWING_FROM])
+
+
 def test_only_visual_and_the_layers_above_it_draw():
-    drawing = sorted(name for name, module in MODULES.items()
-                     if "matplotlib" in module.libraries and RANK[layer_of(name)] < RANK[DRAWING_FROM])
-    assert drawing == []
+    assert drawing_below_visual(MODULES) == []
 
 
 def test_the_rule_would_see_an_import_that_climbs(tmp_path):
@@ -168,6 +172,8 @@ def test_the_rule_would_see_an_import_that_climbs(tmp_path):
     (package / "decoding" / "translator.py").write_text("def f():\n    from attnmt.visual.viewer import X\n")
     assert climbing_edges(read_modules(package)) == [
         "attnmt.decoding.translator (decoding) -> attnmt.visual.viewer (visual)"]
+    (package / "decoding" / "search.py").write_text("def f():\n    from matplotlib.figure import Figure\n")
+    assert drawing_below_visual(read_modules(package)) == ["attnmt.decoding.search"]
 
 
 def test_every_module_has_a_layer_and_the_top_level_only_what_is_listed():
