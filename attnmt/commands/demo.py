@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
           "--overwrite")
     print(f"open {out / 'view.html'} in a browser")
 
-    report = json.loads((run_dir / f"eval-{TEST_SPLIT}-beam5.json").read_text(encoding="utf-8"))
+    from attnmt.runs.folder import eval_json_path  # torch only when the command runs (attnmt --help stays fast)
+
+    report = json.loads(eval_json_path(run_dir, TEST_SPLIT, 5).read_text(encoding="utf-8"))
     print(f"\ndemo: {minutes} minutes of training gave {report['bleu']:.1f} BLEU on {TEST_SPLIT} "
           f"(beam 5, cased sacrebleu)")
     print("\n== 6. See it attend, live ==")
