@@ -11,11 +11,26 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+# One fixed thread count for the whole suite, set before torch is imported and inherited by every
+# subprocess a test starts: attnmt's default count follows the machine's load (attnmt.runtime.threads),
+# and a different count changes the order of floating-point sums, so a test that compares two
+# trainings for equality failed when a neighbour process came and went between them.
+# tests/test_threads.py checks that it is set; a test of the adaptive count unsets it itself.
+SUITE_THREADS = "1"
+os.environ["OMP_NUM_THREADS"] = SUITE_THREADS
 
-from attnmt.cli import main as cli_main
+import pytest  # noqa: E402 (after the thread count, which torch reads when it is imported)
 
-from helpers import TINY_MODELS, Browser, find_browser, run_trainer, tiny_run_config, write_corpus
+from attnmt.cli import main as cli_main  # noqa: E402
+
+from helpers import (  # noqa: E402
+    TINY_MODELS,
+    Browser,
+    find_browser,
+    run_trainer,
+    tiny_run_config,
+    write_corpus,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,6 +4,7 @@ units of work. The load here is made up, so the choices are exact."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +32,17 @@ def counts(loads: list[int | None], most: int = 2) -> tuple[list[int], list[str]
     chooser = ThreadChooser(most, on_change=lambda threads, reason: changes.append(reason),
                             read_others=lambda: next(readings))
     return [chooser.before() for _ in loads], changes
+
+
+def test_the_suite_runs_at_one_fixed_thread_count():
+    """tests/conftest.py fixes the count for every test and every subprocess (OMP_NUM_THREADS):
+    tests compare trainings for equality, and a count that followed the load made them flaky."""
+    assert os.environ.get("OMP_NUM_THREADS") == "1"
+    plan = thread_plan(None)
+    assert plan.threads == 1 and not plan.adaptive
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "1"
 
 
 def test_the_cores_others_leave_free_once_that_has_held():
