@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("compare", "train and evaluate several mechanisms over several seeds"),
     "check": ("check", "check that an attention mechanism, your own or built-in, has the properties every one must"),
     "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),
+    "explain": ("explain", "is the attention an explanation? faithfulness of attention and attributions, per sentence"),
     "curves": ("curves", "draw training loss, validation perplexity and BLEU of runs against steps and minutes"),
     "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),
     "align-words": ("align_words", "align the words of one sentence pair with vector attention"),
@@ -48,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: commands whose process keeps freed memory in glibc (attnmt.runtime.allocator): those that run a
 #: model over a corpus (docs/experiments.md, "A training step's speed"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
-KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve"}
+KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve", "explain"}
 
 #: library parameters whose command-line option has another name
 PARAMETER_OPTIONS = {"set_options": "--set", "num_threads": "--threads"}

@@ -147,8 +147,11 @@ def test_a_bare_carriage_return_stays_inside_its_line(run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [2.5, 4.0])
+@pytest.mark.parametrize("delay", [0.2, 1.5])
 def test_sigterm_stops_like_ctrl_c_and_leaves_no_temporary_file(tmp_path, delay):
+    """The signal comes ``delay`` seconds after the command's first line (the model is loaded and the
+    command's handlers are in place): a fixed delay from the start raced the interpreter's start-up
+    on a loaded machine, where a SIGTERM during ``import torch`` kills any Python program."""
     config = tiny_run_config(tmp_path, train_pairs=40, valid_pairs=4, max_steps=2, examples=0)
     config["data"]["test"] = {"made_up": write_corpus(tmp_path, "test", 300, seed=3)}
     run_trainer(tmp_path, config)
@@ -157,9 +160,12 @@ def test_sigterm_stops_like_ctrl_c_and_leaves_no_temporary_file(tmp_path, delay)
                                 "--examples", "40", "--beam", "3", "--no-progress"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env={**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"})
+    assert process.stderr is not None
+    first = process.stderr.readline()  # "attnmt evaluate: device cpu ...": the run is loaded
     time.sleep(delay)
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
+    _, rest = process.communicate(timeout=120)
+    err = first + rest
     assert process.returncode in (0, 130), err.decode()
     assert b"Traceback" not in err
     assert not [path for path in run.rglob("*") if ".tmp" in path.name], sorted(run.rglob("*"))

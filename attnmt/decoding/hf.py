@@ -95,7 +95,7 @@ class HFTranslator(BaseTranslator):
             raise ConfigError(f"hf={name}: the model names no decoder start or padding token; "
                               "it is not an encoder-decoder translation model")
         self.decoder_start = int(decoder_start)
-        self.specials = SpecialIds(pad=int(tokenizer.pad_token_id), start=self.decoder_start)
+        self.specials = SpecialIds(pad=int(tokenizer.pad_token_id), start=self.decoder_start, unk=self.unk_id)
         self.readout = HFReadout(self.model, name).eval()  # the wrapper keeps the model in eval mode
 
     @classmethod

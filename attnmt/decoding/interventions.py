@@ -47,7 +47,9 @@ def _at(step_now: Any, step: int) -> bool:
 @contextmanager
 def pinned_attention(model: Any, step: int, weights: torch.Tensor) -> Iterator[None]:
     """Within the block, ``model``'s attention at decoding step ``step`` puts ``weights`` [S] (a
-    distribution over the source positions) where its own would be, for every row asked."""
+    distribution over the source positions) where its own would be, for every row asked, or
+    ``weights`` [N, S], one distribution per row (the counterfactuals of
+    ``attnmt.evaluation.counterfactual``)."""
     attention = model.attention
     original = attention.attend
 

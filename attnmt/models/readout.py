@@ -41,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from attnmt.data.batching import longest_first
-from attnmt.data.special_tokens import BOS_ID, PAD_ID
+from attnmt.data.special_tokens import BOS_ID, PAD_ID, UNK_ID
 
 __all__ = ["ATTNMT_SPECIALS", "DEFAULT_MAX_TOKENS", "ForcedBatch", "ForcedReading", "SpecialIds", "batch_plan",
            "batches_in_eval_mode", "force_decode", "forced_batch", "padded_rows"]
@@ -53,13 +53,15 @@ DEFAULT_MAX_TOKENS = 4000
 @dataclass(frozen=True)
 class SpecialIds:
     """The ids the read-out adds: ``pad`` fills the rows of a batch, ``start`` is the decoder's
-    first input (attnmt's BOS; a Hugging Face model's ``decoder_start_token_id``)."""
+    first input (attnmt's BOS; a Hugging Face model's ``decoder_start_token_id``), ``unk`` is what
+    a removed source token becomes (erasure and the faithfulness measures)."""
 
     pad: int
     start: int
+    unk: int = UNK_ID
 
 
-ATTNMT_SPECIALS = SpecialIds(pad=PAD_ID, start=BOS_ID)
+ATTNMT_SPECIALS = SpecialIds(pad=PAD_ID, start=BOS_ID, unk=UNK_ID)
 
 
 @dataclass

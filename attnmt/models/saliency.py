@@ -36,6 +36,12 @@ each output position t one backward pass takes the gradient of Σ_b f_t over the
 eval mode, with the source mask, pair b's score depends on its own embeddings only, so the
 gradient there is its own. A batch costs n (or m, or 1) forward passes, each with T backward passes.
 
+The same registry of names holds the attributions made for attention models
+(``attnmt.models.attribution``: ``value_norm``, ``erasure``, ``alti``, ``rollout``); ``saliency``
+reads them batch by batch in the same way and yields the same [T, S] matrices, so every place that
+takes a saliency method takes them too. A method that cannot read the model is refused before any
+work, in one line that names the methods that can.
+
 The source embedding table is found by ``source_embedding``: a model names it by a
 ``source_token_embedding`` attribute. When the table is shared with the target side, its first call
 in a forward pass is the source's (every model here encodes before it decodes).
@@ -52,6 +58,7 @@ import torch
 from torch import nn
 
 from attnmt.errors import ConfigError
+from attnmt.models.attribution import applicable_methods, attribution, not_applicable
 from attnmt.models.common import log_probabilities
 from attnmt.models.readout import (
     ATTNMT_SPECIALS,
@@ -62,11 +69,19 @@ from attnmt.models.readout import (
     batches_in_eval_mode,
 )
 from attnmt.runtime.checks import is_int
-from attnmt.runtime.choices import SALIENCY_METHODS, SALIENCY_NOISE, SALIENCY_SAMPLES, SALIENCY_STEPS
+from attnmt.runtime.choices import (
+    ATTRIBUTION_METHODS,
+    GRADIENT_METHODS,
+    SALIENCY_METHODS,
+    SALIENCY_NOISE,
+    SALIENCY_SAMPLES,
+    SALIENCY_STEPS,
+)
 from attnmt.runtime.device import available_memory
 
-__all__ = ["DEFAULT_NOISE", "DEFAULT_SAMPLES", "DEFAULT_STEPS", "SALIENCY_METHODS", "SaliencyOptions",
-           "check_saliency_options", "saliency", "saliency_bytes", "source_embedding"]
+__all__ = ["ATTRIBUTION_METHODS", "DEFAULT_NOISE", "DEFAULT_SAMPLES", "DEFAULT_STEPS", "GRADIENT_METHODS",
+           "SALIENCY_METHODS", "SaliencyOptions", "check_method_applies", "check_saliency_options", "saliency",
+           "saliency_bytes", "source_embedding"]
 
 DEFAULT_SAMPLES, DEFAULT_NOISE, DEFAULT_STEPS = SALIENCY_SAMPLES, SALIENCY_NOISE, SALIENCY_STEPS
 
@@ -104,6 +119,8 @@ class SaliencyOptions:
 
     def describe(self) -> str:
         """The method and the settings it uses, e.g. "integrated gradients (50 steps)"."""
+        if self.method in METHOD_NAMES:
+            return METHOD_NAMES[self.method]
         if self.method == "smoothgrad":
             return f"SmoothGrad ({self.samples} samples, noise {self.noise:g})"
         if self.method == "integrated":
@@ -113,6 +130,23 @@ class SaliencyOptions:
     def as_keywords(self) -> dict[str, Any]:
         """The keywords of ``saliency``."""
         return asdict(self)
+
+
+#: how the attributions of attnmt.models.attribution are named on a page or in a file
+METHOD_NAMES = {"value_norm": "value norms ‖α f(v)‖", "erasure": "erasure (leave one out)",
+                "alti": "ALTI+ contributions", "rollout": "attention rollout"}
+
+
+def check_method_applies(model: nn.Module, method: str) -> None:
+    """ConfigError, one line naming the methods that do apply, when ``method`` cannot read ``model``
+    (rollout on an RNN, value_norm on a mechanism that hides its values)."""
+    reason = not_applicable(model, method)
+    if reason is None and method in GRADIENT_METHODS and not isinstance(
+            getattr(model, "source_token_embedding", None), nn.Module):
+        reason = f"{method} needs the model's source embedding table, which {type(model).__name__} does not name"
+    if reason is not None:
+        usable = applicable_methods(model, SALIENCY_METHODS)
+        raise ConfigError(f"{reason}. For this model use one of: {', '.join(usable) or 'none'}")
 
 
 def source_embedding(model: nn.Module) -> nn.Module:
@@ -207,9 +241,14 @@ def saliency(  # noqa: PLR0913 (the saliency settings, keyword-only, as Saliency
     ConfigError for an option out of range, or when a batch would need more than half the memory
     free on the model's device (before any work; a smaller ``max_tokens`` fits)."""
     check_saliency_options(method, samples, noise, steps)
-    table = source_embedding(model)
+    check_method_applies(model, method)
     device = next(model.parameters()).device
     plan = batch_plan(sources, outputs, max_tokens, caller="saliency")
+    if method in ATTRIBUTION_METHODS:
+        yield from _attributions(model, method, plan, sources, outputs, specials, max_tokens,
+                                 (progress, before_batch))
+        return
+    table = source_embedding(model)
     vocab = _output_size(model)
     embed_dim = int(getattr(table, "embedding_dim", 0) or 0)
     available = available_memory(device)
@@ -236,6 +275,26 @@ def saliency(  # noqa: PLR0913 (the saliency settings, keyword-only, as Saliency
                 yield k, total[row, : len(outputs[k]), : len(sources[k])].numpy().astype(np.float32)
     finally:
         probe.close()
+
+def _attributions(model: nn.Module, method: str, plan: list[list[int]], sources: Sequence[Sequence[int]],
+                  outputs: Sequence[Sequence[int]], specials: SpecialIds, max_tokens: int,
+                  reporting: tuple[bool, Callable[[], object] | None]) -> Iterator[tuple[int, np.ndarray]]:
+    """``saliency`` for a method of ``attnmt.models.attribution``, batch by batch; ``reporting`` is
+    (a progress bar or not, what to call before each batch)."""
+    progress, before_batch = reporting
+    device = next(model.parameters()).device
+    for batch in batches_in_eval_mode(model, plan, sources, outputs, specials, device,
+                                      f"attribution ({method})" if progress else None):
+        if before_batch is not None:
+            before_batch()
+        scores = attribution(model, method, batch, sources, outputs, specials=specials, max_tokens=max_tokens)
+        for row, k in enumerate(batch.pairs):
+            matrix = scores[row, : len(outputs[k]), : len(sources[k])].numpy()
+            if not np.isfinite(matrix).all():
+                raise ConfigError(f"{method}: the scores of pair {k + 1} are not finite (the model's numbers "
+                                  "overflowed); nothing was written for it")
+            yield k, matrix.astype(np.float32)
+
 
 def _real_outputs(batch: ForcedBatch, outputs: Sequence[Sequence[int]]) -> torch.Tensor:
     """[B, T] bool: True where output position t is a token of the pair's output, not padding."""

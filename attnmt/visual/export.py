@@ -15,6 +15,11 @@ Every translated sentence becomes one ``AttentionRecord``:
                                    saliency of output piece t on source piece s
                                    (``attnmt.models.saliency``); None otherwise
     saliency_method                how it was read, e.g. "integrated gradients (50 steps)"
+    attributions                   only from ``attnmt explain``: {method: [T, S] float32}, every
+                                   attribution it measured (``attnmt.models.attribution``)
+    explanation                    only from ``attnmt explain``: its figures for the sentence
+                                   (comprehensiveness, sufficiency, the random baseline, the
+                                   agreement with attention, counterfactual attention), as JSON
 
 L is the number of decoder layers that attend over the source (1 for the RNN), h the number of
 heads (1 for a single-head mechanism). The weights come from *force-decoding* the search's output:
@@ -25,10 +30,11 @@ Two formats, chosen by the file's suffix:
 
 - ``.npz``: a NumPy archive (read without pickle): ``format``, ``records`` (the JSON list of the
   records without their weights) and ``weights_K`` for record K, shape [L, h, T, S]
-  (``saliency_K`` [T, S] beside it when there is saliency).
+  (``saliency_K`` [T, S] beside it when there is saliency, ``attribution_K_M`` [T, S] for each
+  attribution M the record names in ``attribution_methods``).
 - ``.jsonl``: one JSON object a line, with ``format``, ``shape`` [L, h, T, S], ``axes`` and
-  ``weights`` as nested lists (the float32 values written exactly), and ``saliency`` [T, S] when
-  there is saliency.
+  ``weights`` as nested lists (the float32 values written exactly), ``saliency`` [T, S] when
+  there is saliency, and ``attributions`` {method: [T, S]} when there are attributions.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ import numpy as np
 
 from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.errors import ConfigError, DataError
-from attnmt.models.saliency import SaliencyOptions
+from attnmt.models.saliency import SALIENCY_METHODS, SaliencyOptions
 from attnmt.runtime.atomic_files import write_bytes_atomic
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_lines", "attention_records", "load_attention", "save_attention"]
@@ -72,6 +78,8 @@ class AttentionRecord:
     weights: np.ndarray  # [L, h, T, S]
     saliency: np.ndarray | None = None  # [T, S]
     saliency_method: str | None = None
+    attributions: dict[str, np.ndarray] | None = None  # method -> [T, S]
+    explanation: dict[str, Any] | None = None
 
     @property
     def layers(self) -> int:
@@ -101,6 +109,7 @@ class AttentionRecord:
         """Everything but the weights and the saliency, as JSON-ready values."""
         values = asdict(self)
         del values["weights"], values["saliency"]
+        values["attributions"] = None if self.attributions is None else list(self.attributions)
         return values
 
 
@@ -163,6 +172,8 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
             **{f"weights_{number}": record.weights for number, record in enumerate(records)},
             **{f"saliency_{number}": record.saliency for number, record in enumerate(records)
                if record.saliency is not None},
+            **{f"attribution_{number}_{method}": matrix for number, record in enumerate(records)
+               for method, matrix in (record.attributions or {}).items()},
         }
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
@@ -181,11 +192,13 @@ def attention_lines(records: Sequence[AttentionRecord]) -> str:
                   "weights": record.weights.tolist()}
         if record.saliency is not None:
             values["saliency"] = record.saliency.tolist()
+        if record.attributions is not None:
+            values["attributions"] = {method: matrix.tolist() for method, matrix in record.attributions.items()}
         lines.append(json.dumps(values, ensure_ascii=False) + "\n")
     return "".join(lines)
 
 
-_OPTIONAL_FIELDS = ("saliency", "saliency_method")
+_OPTIONAL_FIELDS = ("saliency", "saliency_method", "attributions", "explanation")
 
 
 _TEXT_FIELDS = ("source", "output")
@@ -218,6 +231,9 @@ def _check_fields(values: Any, where: str) -> None:
     method = values.get("saliency_method")
     if method is not None and not isinstance(method, str):
         raise DataError(f"{where}: saliency_method must be a string or null, got {method!r:.80}")
+    explanation = values.get("explanation")
+    if explanation is not None and not isinstance(explanation, dict):
+        raise DataError(f"{where}: explanation must be a mapping or null")
 
 
 def _real_array(value: Any, what: str, where: str) -> np.ndarray:
@@ -235,7 +251,17 @@ def _real_array(value: Any, what: str, where: str) -> np.ndarray:
     return array
 
 
-def _record(values: Any, weights: Any, saliency: Any, where: str) -> AttentionRecord:
+def _attributions(found: Any, where: str) -> dict[str, np.ndarray] | None:
+    """The record's attributions {method: [T, S]} as float32 arrays (DataError for anything else)."""
+    if found is None:
+        return None
+    if not isinstance(found, dict) or not all(method in SALIENCY_METHODS for method in found):
+        raise DataError(f"{where}: attributions must map method names ({', '.join(SALIENCY_METHODS)}) to [T, S] "
+                        "arrays")
+    return {method: _real_array(matrix, f"the {method} attributions", where) for method, matrix in found.items()}
+
+
+def _record(values: Any, weights: Any, saliency: Any, where: str, attributions: Any = None) -> AttentionRecord:
     _check_fields(values, where)
     weights = _real_array(weights, "the weights", where)
     if weights.size and not (weights.min() >= 0 and weights.max() <= 1 + 1e-4):
@@ -244,13 +270,28 @@ def _record(values: Any, weights: Any, saliency: Any, where: str) -> AttentionRe
     saliency = None if saliency is None else _real_array(saliency, "the saliency values", where)
     record = AttentionRecord(**{key: values[key] for key in AttentionRecord.__dataclass_fields__
                                 if key not in ("weights", *_OPTIONAL_FIELDS)},
-                             weights=weights, saliency=saliency, saliency_method=values.get("saliency_method"))
+                             weights=weights, saliency=saliency, saliency_method=values.get("saliency_method"),
+                             attributions=_attributions(attributions, where), explanation=values.get("explanation"))
     shape = (len(record.out_pieces), len(record.src_pieces))
     if weights.ndim != 4 or weights.shape[2:] != shape:
         raise DataError(f"{where}: weights of shape {list(weights.shape)}, expected [L, h, {shape[0]}, {shape[1]}]")
     if saliency is not None and saliency.shape != shape:
         raise DataError(f"{where}: saliency of shape {list(saliency.shape)}, expected [{shape[0]}, {shape[1]}]")
+    for method, matrix in (record.attributions or {}).items():
+        if matrix.shape != shape:
+            raise DataError(f"{where}: {method} attributions of shape {list(matrix.shape)}, "
+                            f"expected [{shape[0]}, {shape[1]}]")
     return record
+
+
+def _archived_attributions(archive: Any, number: int, values: Any) -> dict[str, Any] | None:
+    """Record ``number``'s attribution arrays of an .npz archive, by the methods it names."""
+    methods = values.get("attributions") if isinstance(values, dict) else None
+    if methods is None:
+        return None
+    if not isinstance(methods, list) or not all(method in SALIENCY_METHODS for method in methods):
+        raise DataError(f"record {number}: attributions must list method names ({', '.join(SALIENCY_METHODS)})")
+    return {method: archive[f"attribution_{number}_{method}"] for method in methods}
 
 
 def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
@@ -269,7 +310,7 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                     raise DataError(f"{path}: not an attention file of attnmt (its records are not a list)")
                 return [_record(values, archive[f"weights_{number}"],
                                 archive[f"saliency_{number}"] if f"saliency_{number}" in archive else None,
-                                f"{path}: record {number}")
+                                f"{path}: record {number}", _archived_attributions(archive, number, values))
                         for number, values in enumerate(described)]
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
             raise DataError(f"{path}: not a readable .npz attention file ({type(error).__name__}: {error})") from None
@@ -288,7 +329,7 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                         raise DataError(f"{path}, line {number}: not an attention record of attnmt "
                                         f"(no format {FORMAT!r})")
                     records.append(_record(values, values.get("weights"), values.get("saliency"),
-                                           f"{path}, line {number}"))
+                                           f"{path}, line {number}", values.get("attributions")))
             except UnicodeDecodeError as error:
                 raise DataError(f"{path}: not UTF-8 ({error.reason})") from None
         return records

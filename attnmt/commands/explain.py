@@ -1,0 +1,165 @@
+"""Is the attention an explanation? Faithfulness of attention and of every attribution, per sentence.
+
+Translates each sentence, reads the attention and the attributions named by --methods on the
+model's own output, and prints for each method its comprehensiveness and sufficiency (AOPC over
+1-3 words and over 10-50% of the source words, DeYoung et al. 2020; removing a word means replacing
+its pieces with the unknown piece), the same for a random ranking (the baseline a faithful method
+must beat), its rank agreement with the attention, and its seconds per sentence. Higher
+comprehensiveness and lower sufficiency are more faithful. ALTI+ and rollout add each output
+word's source share; an RNN with one head adds counterfactual attention (Jain & Wallace 2019): how
+far the next-word distribution moves when the weights are permuted, uniform or another step's.
+
+Sentences come as arguments or one a line on standard input. --out FILE keeps the attention, the
+attributions and the figures in the file attnmt.load_attention reads (.jsonl or .npz).
+
+Examples:
+  attnmt explain runs/sdp "Ein Mann fährt Fahrrad."
+  attnmt explain runs/transformer --methods attention,alti,rollout,erasure "Zwei Hunde spielen."
+  zcat test.de.gz | head -20 | attnmt explain runs/sdp --json > explained.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnmt.commands.options import (
+    add_device_option,
+    add_threads_option,
+    add_trust_option,
+    load_translator,
+    say,
+)
+
+MAX_SENTENCES = 1000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from attnmt.runtime.choices import EXPLAIN_DEFAULT_METHODS as DEFAULT_METHODS
+    from attnmt.runtime.choices import EXPLAIN_METHODS
+
+    parser.add_argument("run_dir", metavar="RUN", help="run folder (or a checkpoint file)")
+    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to explain (default: stdin)")
+    parser.add_argument("--methods", default=None, metavar="M1,M2",
+                        help=f"comma-separated, from {', '.join(EXPLAIN_METHODS)} (default: "
+                             f"{', '.join(DEFAULT_METHODS)}, those that apply to the model)")
+    parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default: the run's)")
+    parser.add_argument("--random-orders", type=int, default=3, metavar="N",
+                        help="random rankings averaged for the baseline (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random rankings and SmoothGrad (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per sentence instead of tables")
+    parser.add_argument("--out", type=Path, metavar="FILE",
+                        help="also keep attention, attributions and figures in FILE (.jsonl or .npz; read it "
+                             "with attnmt.load_attention)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint")
+    add_device_option(parser)
+    add_trust_option(parser)
+    add_threads_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnmt.errors import ConfigError
+    from attnmt.evaluation.explain import DEFAULT_METHODS, check_methods, explain
+    from attnmt.models.attribution import not_applicable
+    from attnmt.runtime.outputs import check_output
+    from attnmt.visual.export import FORMATS
+
+    sentences = _checked_sentences(args)
+    if args.out is not None:
+        check_output(args.out, "--out", args.overwrite, [args.run_dir], suffixes=list(FORMATS))
+    translator = load_translator(args)
+    say("explain", translator.describe())
+    if args.methods is None:
+        methods = [m for m in DEFAULT_METHODS if m == "attention" or not_applicable(translator.model, m) is None]
+    else:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not methods or len(set(methods)) != len(methods):
+            raise ConfigError(f"--methods {args.methods!r}: name each method once, separated by commas")
+    check_methods(translator, methods)
+    problem = next(((n, p) for n, s in enumerate(sentences, 1) if (p := translator.source_problem(s))), None)
+    if problem is not None:
+        raise ConfigError(f"sentence {problem[0]}: {problem[1]}")
+    translations = translator.translate(sentences, beam=args.beam, return_attention=True)
+    explanations = explain(translator, translations, methods, random_orders=args.random_orders, seed=args.seed)
+    for number, explanation in enumerate(explanations, start=1):
+        if args.json:
+            print(json.dumps(explanation.to_dict(), ensure_ascii=False))
+        else:
+            print(_table(number, explanation))
+    if args.out is not None:
+        _save(translator, translations, explanations, args.out)
+        say("explain", f"wrote {args.out}")
+    return 0
+
+
+def _checked_sentences(args: argparse.Namespace) -> list[str]:
+    """The sentences to explain, after the options' ranges; ConfigError naming the first problem."""
+    from attnmt.errors import ConfigError
+
+    if args.beam is not None and args.beam < 1:
+        raise ConfigError(f"--beam must be >= 1, got {args.beam}")
+    if not 1 <= args.random_orders <= 100:
+        raise ConfigError(f"--random-orders must be from 1 to 100, got {args.random_orders}")
+    sentences = args.sentences or _stdin_sentences()
+    if not sentences:
+        raise ConfigError("no sentence to explain: give sentences as arguments or one a line on standard input")
+    if len(sentences) > MAX_SENTENCES:
+        raise ConfigError(f"{len(sentences)} sentences: explain takes at most {MAX_SENTENCES} at once")
+    blank = next((number for number, sentence in enumerate(sentences, start=1) if not sentence.strip()), None)
+    if blank is not None:
+        raise ConfigError(f"sentence {blank} is empty; give words to explain")
+    return sentences
+
+
+def _stdin_sentences() -> list[str]:
+    if sys.stdin is None or sys.stdin.isatty():
+        return []
+    return [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _table(number: int, explanation) -> str:
+    """One sentence's figures as a plain-text table."""
+    from attnmt.evaluation.faithfulness import RANDOM
+
+    lines = [f"sentence {number}: {explanation.translation.source}",
+             f"  output: {explanation.translation.output}",
+             f"  {'method':<12} {'compr. 1-3':>10} {'compr. %':>9} {'suff. 1-3':>10} {'suff. %':>8} "
+             f"{'ρ attention':>11} {'s/sentence':>10}"]
+    rows = [(method, report.faithfulness, report.rank_correlation, report.seconds)
+            for method, report in explanation.methods.items()]
+    rows.append((RANDOM, explanation.random, None, None))
+    for method, figures, rho, seconds in rows:
+        comprehensiveness, sufficiency = figures.comprehensiveness_aopc, figures.sufficiency_aopc
+        lines.append(f"  {method:<12} {comprehensiveness['words']:>10.3f} {comprehensiveness['share']:>9.3f} "
+                     f"{sufficiency['words']:>10.3f} {sufficiency['share']:>8.3f} {_number(rho):>11} "
+                     f"{_number(seconds):>10}")
+    for method, report in explanation.methods.items():
+        if report.source_share is not None:
+            shares = " ".join(f"{piece}:{share:.2f}" for piece, share in
+                              zip(explanation.translation.out_pieces, report.source_share))
+            lines.append(f"  {method} source share per output piece: {shares}")
+    if explanation.counterfactual is not None:
+        lines.append("  counterfactual attention (mean over output pieces): TV / JS (bits) / changed word")
+        for kind, figure in explanation.counterfactual.items():
+            lines.append(f"    {kind:<11} {figure.total_variation:.3f} / {figure.jensen_shannon:.3f} / "
+                         f"{figure.changed:.2f}")
+    lines.extend(f"  {note}" for note in explanation.notes)
+    return "\n".join(lines) + "\n"
+
+
+def _save(translator, translations, explanations, path: Path) -> None:
+    from attnmt.visual.export import attention_records, save_attention
+
+    records = attention_records(translator, translations)
+    for record, explanation in zip(records, explanations):
+        record.attributions = {method: matrix.astype("float32") for method, matrix in explanation.attributions.items()
+                               if method != "attention"}
+        record.explanation = explanation.to_dict()
+    save_attention(records, path)
