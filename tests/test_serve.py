@@ -126,6 +126,36 @@ def test_saliency_and_its_agreement_with_the_attention(views):
     assert answer["agreement"] is None or -1 <= answer["agreement"] <= 1
 
 
+def test_each_model_offers_the_attributions_that_apply_with_this_sentences_faithfulness(views):
+    """The RNN ("run") is offered value_norm but not ALTI+ or rollout; the Transformer ("run-2")
+    all of them. A saliency answer carries this sentence's comprehensiveness and sufficiency for
+    the attention, the method and a random ranking; a method that does not apply is a 400."""
+    methods = {model["name"]: model["saliency_methods"] for model in views.models_page()["models"]}
+    assert "value_norm" in methods["run"] and "alti" not in methods["run"] and "rollout" not in methods["run"]
+    assert {"alti", "rollout", "value_norm", "erasure"} <= set(methods["run-2"])
+    for model, method in (("run", "erasure"), ("run-2", "alti")):
+        answer = views.saliency({"sentence": SENTENCE, "model": model, "method": method})
+        assert set(answer["faithfulness"]) == {"attention", method, "random"}
+        assert all(np.isfinite(list(figures.values())).all() for figures in answer["faithfulness"].values())
+    with pytest.raises(RequestError) as refused:
+        views.saliency({"sentence": SENTENCE, "model": "run", "method": "rollout"})
+    assert refused.value.status == 400 and "use one of: gradient" in str(refused.value)
+
+
+def test_counterfactual_attention_translates_with_every_steps_weights_replaced(views):
+    own = views.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]["output"]
+    for kind in ("uniform", "permuted"):
+        answer = views.counterfactual({"sentence": SENTENCE, "model": "run", "kind": kind})
+        assert answer["kind"] == kind and answer["original_output"] == own
+        assert all(abs(sum(row) - 1) < 1e-3 for row in answer["search"])  # still a distribution per step
+    uniform = views.counterfactual({"sentence": SENTENCE, "model": "run", "kind": "uniform"})["search"]
+    assert np.ptp(np.array(uniform), axis=0).max() < 1e-3  # every step the same: each piece 1/S
+    with pytest.raises(RequestError):
+        views.counterfactual({"sentence": SENTENCE, "model": "run-2", "kind": "uniform"})  # not an RNN
+    with pytest.raises(RequestError, match="kind: one of permuted, uniform"):
+        views.counterfactual({"sentence": SENTENCE, "model": "run", "kind": "frob"})
+
+
 def test_gold_links_give_precision_recall_and_aer_for_each_model(views):
     answer = views.gold({"sentence": "Ein hund läuft .", "reference": "A dog runs .", "links": "0-0 1-1 2-2 3-3"})
     assert answer["gold"] == [[0, 0], [1, 1], [2, 2], [3, 3]] and len(answer["models"]) == 2
@@ -260,6 +290,21 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert browser.evaluate("document.querySelectorAll(\".panel[data-model='run'] .step-table .bar\").length") > 0
+    # An attribution made for attention, with this sentence's faithfulness, and a counterfactual.
+    method = "document.querySelector(\".panel[data-model='run'] select[aria-label='saliency method']\")"
+    assert "value_norm" in browser.evaluate(f"[...{method}.options].map(o => o.value).join(' ')")
+    browser.evaluate(f"{method}.value = 'erasure'")
+    browser.evaluate(f"{buttons}.find(b => b.textContent === 'saliency').click()")
+    faithful = "document.querySelector(\".panel[data-model='run'] .faithfulness\")"
+    while browser.evaluate(f"{faithful} === null") and time.monotonic() < deadline + 20:
+        time.sleep(0.05)
+    assert "erasure" in browser.evaluate(f"{faithful}.textContent")
+    assert "random" in browser.evaluate(f"{faithful}.textContent")
+    browser.evaluate(f"{buttons}.find(b => b.textContent === 'uniform attention').click()")
+    result = "document.querySelector(\".panel[data-model='run'] .result\").textContent"
+    while "made uniform" not in browser.evaluate(result) and time.monotonic() < deadline + 20:
+        time.sleep(0.05)
+    assert "the model's own" in browser.evaluate(result)
     shot = browser.screenshot(tmp_path / "serve.png")  # kept in pytest's temporary folder of this session
     assert shot.stat().st_size > 10_000
     # The link restores the view: the sentence, and the matrix each panel shows.

@@ -137,3 +137,19 @@ def test_view_with_saliency_shows_it_merged_into_words_with_each_rows_agreement(
                      "0", "--out", str(run.parent / "x.html")]) == 2
     assert "--saliency-steps 0: must be an integer from 1 to 10000" in capsys.readouterr().err
     assert not (run.parent / "x.html").exists()
+
+
+def test_view_with_an_attribution_shows_this_sentences_faithfulness(tiny_run):
+    """Any method of the registry (here erasure, and ALTI+ on the Transformer) goes beside the
+    attention, and each example's readout gives comprehensiveness and sufficiency for the
+    attention, the method and a random ranking."""
+    name, run = tiny_run
+    method = "alti" if name == "transformer" else "erasure"
+    out = run.parent / f"faithful-{method}.html"
+    assert cli_main(["view", str(run), "-n", "2", "--no-progress", "--saliency", method, "--out", str(out),
+                     "--overwrite"]) == 0
+    for example in _viewer_data(out.read_text(encoding="utf-8"))["examples"]:
+        meta = dict(example["meta"])
+        key = f"comprehensiveness (attention / {method} / random)"
+        assert key in meta and len(meta[key].split(" / ")) == 3, meta
+        assert f"sufficiency (attention / {method} / random)" in meta

@@ -10,8 +10,11 @@ Two questions a student asks first, answered on the model itself (``attnmt serve
   given ones (all of it on one source word, say): c_t = Σ_s w_s v_s, with the mechanism's own
   values v_s; every other step attends as usual. Decoding on from there shows what the model
   then writes.
+- **Would other weights do as well?** ``replaced_attention`` replaces the weights of every step
+  by uniform ones or by the model's own permuted over the source, and decoding shows the
+  translation the model then writes.
 
-Both hold for the RNN's single-query mechanisms with one head (``Attention`` with
+All three hold for the RNN's single-query mechanisms with one head (``Attention`` with
 ``num_heads == 1``). The RNN asks its mechanism through ``attention.attend(query, prepared,
 step)``; within the block that method is wrapped on the instance, and restored afterwards.
 """
@@ -28,7 +31,7 @@ import torch
 from attnmt.attention.mechanisms import Attention, PreparedKeys
 from attnmt.attention.user import UserAttention
 
-__all__ = ["StepRecord", "can_intervene", "pinned_attention", "watched_step"]
+__all__ = ["REPLACEMENTS", "StepRecord", "can_intervene", "pinned_attention", "replaced_attention", "watched_step"]
 
 
 def can_intervene(model: Any) -> bool:
@@ -58,6 +61,48 @@ def pinned_attention(model: Any, step: int, weights: torch.Tensor) -> Iterator[N
             return original(query, prepared, step_now)
         pinned = weights.to(prepared.values.dtype).to(prepared.values.device).expand(query.shape[0], -1)
         return torch.bmm(pinned.unsqueeze(1), prepared.values).squeeze(1), pinned
+
+    attention.attend = attend
+    try:
+        yield
+    finally:
+        del attention.attend
+
+
+#: what ``replaced_attention`` puts in place of a mechanism's weights at every step
+REPLACEMENTS = ("permuted", "uniform")
+
+
+@contextmanager
+def replaced_attention(model: Any, kind: str, seed: int = 0) -> Iterator[None]:
+    """Within the block, ``model``'s attention at *every* step is replaced before its context is
+    taken: ``uniform``, 1/S on each real source position, or ``permuted``, its own weights
+    permuted over the real source positions (one permutation per sentence row, drawn from
+    ``seed``). c = Σ_s w_s v_s with the mechanism's own values; decoding on shows what the model
+    writes when its attention carries no information, or the wrong one (Jain & Wallace, 2019)."""
+    if kind not in REPLACEMENTS:
+        raise ValueError(f"replaced_attention: kind must be one of {', '.join(REPLACEMENTS)}, got {kind!r}")
+    attention = model.attention
+    original = attention.attend
+    generator = torch.Generator().manual_seed(seed)
+    orders: dict[int, torch.Tensor] = {}
+
+    def attend(query: torch.Tensor, prepared: PreparedKeys, step_now: Any = None) -> Any:
+        _, weights = original(query, prepared, step_now)
+        mask = prepared.mask if weights.dim() == 2 else prepared.mask.unsqueeze(1)  # [B, S] or [B, 1, S]
+        if kind == "uniform":
+            replaced = mask.to(weights.dtype) / prepared.lengths.clamp_min(1).to(weights.dtype).view(
+                -1, *([1] * (weights.dim() - 1)))
+        else:
+            replaced = torch.zeros_like(weights)
+            for row, length in enumerate(prepared.lengths.tolist()):
+                if length not in orders:
+                    orders[length] = torch.randperm(length, generator=generator)
+                order = orders[length].to(weights.device)
+                replaced[row, ..., :length] = weights[row, ..., :length][..., order]
+        values = prepared.values
+        context = torch.bmm(replaced.unsqueeze(1) if replaced.dim() == 2 else replaced, values)
+        return (context.squeeze(1) if replaced.dim() == 2 else context), replaced
 
     attention.attend = attend
     try:

@@ -22,7 +22,9 @@ from attnmt.decoding.interventions import can_intervene
 from attnmt.decoding.translator import Translator
 from attnmt.errors import AttnmtError, ConfigError
 from attnmt.models import count_parameters
+from attnmt.models.attribution import applicable_methods
 from attnmt.runtime.checks import PLAIN_NAME
+from attnmt.runtime.choices import GRADIENT_METHODS, SALIENCY_METHODS
 
 __all__ = ["MAX_EXAMPLES", "ServedModel", "gold_examples", "load_models", "test_examples"]
 
@@ -68,7 +70,15 @@ class ServedModel:
         return {"name": self.name, "kind": self.kind, "origin": self.origin, "attention": attention,
                 "layers": layers, "heads": heads, "parameters": count_parameters(translator.model),
                 "prefix": self.can_decode_from_prefix, "intervene": self.can_intervene,
-                "device": str(translator.device)}
+                "device": str(translator.device), "saliency_methods": self.saliency_methods}
+
+    @property
+    def saliency_methods(self) -> list[str]:
+        """The methods of the saliency registry that can read this model (a Hugging Face model: the
+        gradients and erasure, which need no view of its layers)."""
+        if isinstance(self.translator, HFTranslator):
+            return [*GRADIENT_METHODS, "erasure"]
+        return applicable_methods(self.translator.model, SALIENCY_METHODS)
 
 
 def _name_of(origin: str, taken: set[str]) -> str:

@@ -22,6 +22,7 @@ API (JSON in and out; errors as ``{"error": "one line"}`` with a 4xx or 500 stat
     POST /api/prefix                 {sentence, model, prefix}
     POST /api/pin                    {sentence, model, step, source_word}      (RNN)
     POST /api/step                   {sentence, model, step}                   (RNN)
+    POST /api/counterfactual         {sentence, model, kind}                   (RNN)
     POST /api/gold                   {sentence, reference, links, models?}
     POST /api/export                 {sentence, beam?, models?} -> .jsonl attention file
 """
@@ -61,7 +62,7 @@ SECURITY_HEADERS = {
 }
 
 POSTS = {"/api/translate": "translate", "/api/saliency": "saliency", "/api/prefix": "prefix", "/api/pin": "pin",
-         "/api/step": "step", "/api/gold": "gold"}
+         "/api/step": "step", "/api/gold": "gold", "/api/counterfactual": "counterfactual"}
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:

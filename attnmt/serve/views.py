@@ -29,10 +29,11 @@ import torch
 from attnmt.alignment import TranslatorAligner, alignment_error_rate
 from attnmt.attention.user import UserCodeError
 from attnmt.data.pieces import group_pieces, merge_subwords
-from attnmt.decoding.interventions import pinned_attention, watched_step
+from attnmt.decoding.interventions import REPLACEMENTS, pinned_attention, replaced_attention, watched_step
 from attnmt.decoding.search import length_penalty
 from attnmt.errors import AttnmtError
 from attnmt.evaluation.agreement import translation_agreement
+from attnmt.evaluation.faithfulness import RANDOM, faithfulness, source_words
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.choices import SALIENCY_METHODS
 from attnmt.serve.jobs import InlineJobs, ModelWorkers
@@ -54,6 +55,23 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+def _sentence_faithfulness(served: ServedModel, translation: Any, method: str, scores: np.ndarray
+                           ) -> dict[str, dict[str, float]] | None:
+    """Comprehensiveness and sufficiency AOPC (1-3 words) of the attention, ``method`` and a random
+    ranking on this sentence; None for a source without a word to remove."""
+    translator = served.translator
+    sources, outputs = translator.piece_ids([translation])
+    words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
+    attributions = {"attention": np.asarray(translation.attention, dtype=np.float64),
+                    method: np.asarray(scores, dtype=np.float64)}
+    measured = faithfulness(translator, sources[0], outputs[0], words, attributions, random_orders=3)
+    if not measured:
+        return None
+    return {name: {"comprehensiveness": round(figures.comprehensiveness_aopc["words"], 3),
+                   "sufficiency": round(figures.sufficiency_aopc["words"], 3)}
+            for name, figures in ((name, measured[name]) for name in ("attention", method, RANDOM))}
 
 
 def _rounded(matrix: np.ndarray) -> list[list[float]]:
@@ -216,9 +234,11 @@ class Views:
                 "forced_words": len(_words_of(translation.out_pieces[:forced])) if forced else 0}
 
     def saliency(self, payload: dict) -> dict[str, Any]:
-        """``POST /api/saliency`` {sentence, model, method, steps?, samples?, beam?}: the gradient
-        saliency of the model's output over the source words, and how it agrees with the attention
-        (mean rank correlation over output words, ``attnmt.evaluation.agreement``)."""
+        """``POST /api/saliency`` {sentence, model, method, steps?, samples?, beam?}: the saliency
+        (any method of the registry) of the model's output over the source words, how it agrees with
+        the attention (mean rank correlation over output words, ``attnmt.evaluation.agreement``), and
+        this sentence's comprehensiveness and sufficiency AOPC over 1-3 words for the attention, the
+        method and a random ranking (``attnmt.evaluation.faithfulness``)."""
         sentence = _text(payload, "sentence")
         served = self._one(payload)
         method = payload.get("method", "gradient")
@@ -237,11 +257,35 @@ class Views:
             merged = merge_subwords(scores, translation.src_pieces, translation.out_pieces, output_words="sum")[0]
             correlations, same_top, _ = translation_agreement(every_head, scores, translation)
             agreement = float(np.mean(correlations)) if correlations else None
+            seconds = round(time.perf_counter() - started, 3)
             return {"model": served.name, "method": options.describe(), "saliency": _rounded(merged),
                     "agreement": None if agreement is None or not math.isfinite(agreement) else round(agreement, 3),
-                    "same_top": f"{sum(same_top)}/{len(same_top)}", "seconds": round(time.perf_counter() - started, 3)}
+                    "same_top": f"{sum(same_top)}/{len(same_top)}", "seconds": seconds,
+                    "faithfulness": _sentence_faithfulness(served, translation, method, scores)}
 
         return self._run(served, work, priority=1)
+
+    def counterfactual(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/counterfactual`` {sentence, model, kind}: an RNN's greedy translation when the
+        attention of every step is replaced (``kind``: permuted or uniform;
+        ``attnmt.decoding.interventions.replaced_attention``), beside its own."""
+        sentence = _text(payload, "sentence")
+        served = self._one(payload, needs="intervene")
+        kind = payload.get("kind")
+        if kind not in REPLACEMENTS:
+            raise RequestError(400, f"kind: one of {', '.join(REPLACEMENTS)}, got {kind!r:.40}")
+        self._check_length(served, sentence)
+
+        def work() -> dict[str, Any]:
+            translator = served.translator
+            own = translator.translate([sentence], beam=1)[0]
+            with replaced_attention(translator.model, kind):
+                translation = translator.translate([sentence], beam=1, return_attention=True)[0]
+            view = self.matrices(served, translation)
+            view.update(kind=kind, original_output=own.output)
+            return view
+
+        return self._run(served, work)
 
     def prefix(self, payload: dict) -> dict[str, Any]:
         """``POST /api/prefix`` {sentence, model, prefix}: the model's translation that begins with

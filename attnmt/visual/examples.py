@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from attnmt.data.pieces import merge_subwords
+from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.evaluation.agreement import translation_agreement
+from attnmt.evaluation.faithfulness import RANDOM, faithfulness, source_words
 from attnmt.models.saliency import SaliencyOptions
 
 __all__ = ["named_heads", "view_examples"]
@@ -61,7 +62,9 @@ def view_examples(
     (sacrebleu, against the reference), the log-probability of the output and the beam size.
     With ``saliency`` (a method name or SaliencyOptions) each example also has the gradient
     saliency of its output (``translator.read_saliency``), merged into words like the attention,
-    and its mean agreement with the attention in ``meta``.
+    and its mean agreement with the attention in ``meta``, with this sentence's comprehensiveness
+    and sufficiency AOPC over 1-3 words (``attnmt.evaluation.faithfulness``) for the attention, the
+    method and a random ranking.
     """
     if references is not None and len(references) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
@@ -113,5 +116,22 @@ def view_examples(
             if correlations:
                 meta["rank corr."] = round(float(np.mean(correlations)), 2)
                 meta["same top"] = f"{sum(same_top)}/{len(same_top)}"
+            meta.update(_faithfulness_meta(translator, translation, options.method, scores[index]))
         examples.append(example)
     return examples
+
+
+def _faithfulness_meta(translator: Any, translation: Any, method: str, scores: np.ndarray) -> dict[str, str]:
+    """This sentence's comprehensiveness and sufficiency, "attention / METHOD / random", as the
+    viewer's readout shows them (nothing for a source without a word to remove)."""
+    sources, outputs = translator.piece_ids([translation])
+    words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
+    measured = faithfulness(translator, sources[0], outputs[0], words,
+                            {"attention": np.asarray(translation.attention, dtype=np.float64),
+                             method: np.asarray(scores, dtype=np.float64)}, random_orders=3)
+    if not measured:
+        return {}
+    names = ("attention", method, RANDOM)
+    return {f"{measure} ({' / '.join(names)})": " / ".join(
+                f"{getattr(measured[name], f'{measure}_aopc')['words']:.2f}" for name in names)
+            for measure in ("comprehensiveness", "sufficiency")}

@@ -167,7 +167,7 @@
     select.value = String(Math.min(record.choice, choices.length - 1));
     select.addEventListener("change", () => { record.choice = Number(select.value); drawFigures(record); remember(); });
     const method = el("select", { "aria-label": "saliency method" });
-    state.saliencyMethods.forEach((name) => method.append(el("option", { value: name, text: name })));
+    (model.saliency_methods || state.saliencyMethods).forEach((name) => method.append(el("option", { value: name, text: name })));
     const progress = el("span", { class: "progress", "aria-live": "polite" });
     const cancel = el("button", { type: "button", text: "cancel", hidden: true });
     const run = el("button", { type: "button", text: "saliency" });
@@ -179,7 +179,11 @@
     if (model.intervene) {
       record.pin = el("input", { type: "checkbox", "aria-label": "pin attention" });
       controls.append(el("label", {}, record.pin, " pin"),
-                      el("button", { type: "button", text: "step through", onclick: () => stepThrough(record) }));
+                      el("button", { type: "button", text: "step through", onclick: () => stepThrough(record) }),
+                      el("button", { type: "button", text: "permuted attention", class: "counterfactual",
+                                     onclick: () => counterfactual(record, "permuted") }),
+                      el("button", { type: "button", text: "uniform attention", class: "counterfactual",
+                                     onclick: () => counterfactual(record, "uniform") }));
     }
     body.append(controls);
     record.figures = el("div", { class: "figures" });
@@ -221,8 +225,20 @@
       const s = record.saliency;
       record.figures.append(el("div", {}, el("div", { class: "figure-title",
         text: `${s.method}; agreement with attention: ${s.agreement === null ? "n/a" : s.agreement} (rank corr.), same top ${s.same_top}` }),
+        faithfulnessLine(s),
         heatmap(s.saliency, view.out_words, view.src_words, { label: `${view.model}: saliency`, signed: true })));
     }
+  }
+
+  function faithfulnessLine(s) {  // this sentence's comprehensiveness and sufficiency (AOPC over 1-3 words)
+    const line = el("div", { class: "muted faithfulness" });
+    if (!s.faithfulness) { line.textContent = "faithfulness: no source word to remove"; return line; }
+    const part = (name, f) => `${name} ${f.comprehensiveness.toFixed(2)} / ${f.sufficiency.toFixed(2)}`;
+    const names = Object.keys(s.faithfulness).filter((name) => name !== "attention" && name !== "random");
+    line.textContent = "faithfulness, comprehensiveness / sufficiency (higher / lower is more faithful): " +
+      [part("attention", s.faithfulness.attention), ...names.map((name) => part(name, s.faithfulness[name])),
+       part("random", s.faithfulness.random)].join("; ");
+    return line;
   }
 
   // -- linked panels ----------------------------------------------------------------------------------
@@ -316,6 +332,16 @@
           before.search[i].some((value, j) => Math.abs(value - (after.search[i][j] || 0)) > 0.02)) changed.add(i);
     }
     return changed;
+  }
+
+  async function counterfactual(record, kind) {
+    try {
+      const view = await api("/api/counterfactual", { sentence: state.sentence, model: record.view.model, kind });
+      showResult(record, `every step's attention ${kind === "uniform" ? "made uniform" : "permuted over the source"}`, view,
+                 `the model's own: ${view.original_output}${view.output === view.original_output ? " (the same: this attention did not matter here)" : ""}`);
+    } catch (error) {
+      showResult(record, error.message, { output: "", out_words: [], src_words: [], search: [], layers: [] });
+    }
   }
 
   async function pin(record, row, col) {
