@@ -162,3 +162,30 @@ def test_explain_json_and_bad_methods(tiny_run, attnmt_cli):
     assert refused.returncode == 2 and refused.stdout == ""
     error = refused.stderr.strip().splitlines()[-1]  # after the line that says where the model runs
     assert error.startswith("attnmt explain: error: --methods") and "use one of: attention, gradient" in error
+
+
+@pytest.mark.parametrize("flow", ["parallel", "luong"])
+def test_replacing_attention_by_uniform_changes_nothing_for_the_mean_mechanism(flow):
+    """``replaced_attention``: the ``mean`` mechanism's weights are uniform already, so greedy
+    decoding with every step's weights made uniform writes the same tokens with the same scores;
+    permuted, a ``dot`` mechanism keeps distributions over the real positions only."""
+    from attnmt.decoding.interventions import replaced_attention
+    from attnmt.decoding.search import greedy_search
+
+    torch.manual_seed(0)
+    source = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
+    mask = source != 0
+    model = build_model({"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "mean", "flow": flow},
+                        20, 20).double().eval()
+    with torch.no_grad():
+        own = greedy_search(model, source, mask, max_len_a=0.0, max_len_b=6)
+        with replaced_attention(model, "uniform"):
+            replaced = greedy_search(model, source, mask, max_len_a=0.0, max_len_b=6)
+    assert [h.tokens for h in own] == [h.tokens for h in replaced]
+    assert [h.score for h in own] == pytest.approx([h.score for h in replaced], abs=1e-12)
+    dot = build_model({"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "dot", "flow": flow},
+                      20, 20).double().eval()
+    with torch.no_grad(), replaced_attention(dot, "permuted"):
+        _, weights = dot(source, mask, torch.tensor([[2, 9, 10], [2, 11, 0]]), return_attention=True)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 3, dtype=torch.float64))
+    assert (weights[1, :, 2:] == 0).all()  # padding gets nothing

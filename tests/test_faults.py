@@ -136,10 +136,10 @@ def test_a_model_too_big_for_the_machine_is_refused_before_a_weight_is_allocated
     """The model is counted on the meta device first: where the kernel overcommits memory, allocating
     a huge model succeeds and the first write kills the process, so the allocator cannot be asked."""
     config_path = save_yaml(tmp_path, tiny_run_config(tmp_path, max_epochs=1, max_steps=2, device="cpu"))
-    monkeypatch.setattr("attnmt.training.builder.available_memory", lambda device: 2**16)
+    monkeypatch.setattr("attnmt.models.available_memory", lambda device: 2**16)  # check_model_fits's view
     built = []
-    monkeypatch.setattr("attnmt.training.builder.build_model", lambda *args: built.append(args) or nn.Linear(8, 8))
-    monkeypatch.setattr("attnmt.training.builder.count_parameters", lambda model, trainable_only: 10_000)
+    monkeypatch.setattr("attnmt.models.build_model", lambda *args: built.append(args) or nn.Linear(8, 8))
+    monkeypatch.setattr("attnmt.models.count_parameters", lambda model, trainable_only: 10_000)
     assert cli_main(["train", "--config", str(config_path), "--out", str(tmp_path / "big"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == ("attnmt train: error: model: the model this config describes does not fit in the memory of cpu: "

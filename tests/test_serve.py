@@ -345,3 +345,35 @@ def test_each_model_works_on_its_own_thread_and_stopping_refuses_new_work(views)
     with pytest.raises(RequestError) as refused:
         threaded.translate({"sentence": SENTENCE})
     assert refused.value.status == 503
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_model_works_waits_for_it_and_exits_cleanly(runs):
+    """SIGINT during a saliency request: the server stops taking work, waits for the worker and
+    ends with status 0; it used to abort in the middle of a PyTorch operator (SIGABRT,
+    "terminate called without an active exception"; issue 63, item 6)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(runs[1]), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(Path(attnmt.__file__).parents[1])})
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[2]  # "attnmt serve: http://127.0.0.1:PORT/ (...)"
+        host, port = url.split("//")[1].rstrip("/").split(":")
+        body = json.dumps({"sentence": " ".join([SENTENCE] * 6), "model": "run", "method": "integrated",
+                           "steps": 64}).encode()
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        connection.request("POST", "/api/saliency", body=body,
+                           headers={"Content-Type": "application/json", "Host": f"{host}:{port}"})
+        time.sleep(0.5)  # the worker is inside the saliency now
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "terminate called" not in err and "Traceback" not in err
+    assert "stopped" in err.strip().splitlines()[-1]

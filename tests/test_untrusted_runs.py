@@ -6,6 +6,7 @@ a step limit below the step reached, a sentence that is not text) are refused wh
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -178,6 +179,29 @@ def test_a_config_yaml_edited_to_name_code_is_never_imported_on_resume(plain_run
         assert_nothing_ran(events, marker, code)
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and "describes another run than" in error[0] and str(config) in error[0], error
+
+
+@pytest.mark.parametrize("spec", ["this:Zen", "user_attention.py:MyAttention", "{code}:MyAttention"])
+def test_a_folder_without_checkpoints_never_imports_the_code_its_config_names(
+        plain_run, tmp_path, hostile_code, another_machine, capsys, spec):
+    """A received folder with only config.yaml (no best.pt, no last.pt) naming code: resume imports
+    nothing and trusts nothing, and says how to consent (issue 63, item 1)."""
+    code, marker = hostile_code
+    folder = tmp_path / "received"
+    folder.mkdir()
+    shutil.copy(code, folder / "user_attention.py")
+    spec = spec.format(code=code)
+    text = (plain_run / "config.yaml").read_text(encoding="utf-8")
+    attention = next(line for line in text.splitlines() if line.strip().startswith("attention:"))
+    (folder / "config.yaml").write_text(text.replace(attention, f"  attention: {spec}"), encoding="utf-8")
+    trusted = Path(os.environ[TRUST_FILE_VARIABLE])
+    events = recorded(lambda: cli_main(["train", "--out", str(folder), "--resume", "--max-steps", "2",
+                                        "--no-progress"]))
+    assert_nothing_ran(events, marker, code)
+    assert not [name for event, name in events if event == "import" and name.split()[0] == "this"]
+    assert not trusted.exists() or spec not in trusted.read_text(encoding="utf-8")
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "does not import code a run names" in error[0] and f"--attention {spec}" in error[0]
 
 
 def test_a_config_yaml_edited_to_train_otherwise_is_refused_on_resume(plain_run, tmp_path, capsys):

@@ -80,8 +80,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        say("serve", "stopped")
+        say("serve", "stopping: waiting for the models' running work to end")
     finally:
-        jobs.stop()
         server.server_close()
+        try:
+            ended = jobs.stop()
+        except KeyboardInterrupt:  # a second Ctrl-C: the workers stay as they are, and so does the wait
+            ended = jobs.stop()
+        say("serve", "stopped" if ended else "stopped (a model was still working)")
     return 0

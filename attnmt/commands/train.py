@@ -63,13 +63,50 @@ def _max_steps_given(args: argparse.Namespace, saved_path: Path, limit: int) -> 
     return f"{args.config or saved_path}: training.max_steps: {limit}"
 
 
+def _check_consent_to_code(saved: dict, named: str | None, saved_path: Path) -> None:
+    """A run folder without a checkpoint keeps no copy of its code: a user mechanism that its
+    config.yaml names (``file.py:Class``, ``module:Class``) is imported only when the user names it
+    now (``--attention SPEC``), as loading a run asks (docs/mechanisms.md, "Runs keep their code").
+    Else ConfigError: nothing is imported, and nothing joins the list of code this user trusts."""
+    from attnmt.errors import ConfigError
+
+    model = saved.get("model")
+    spec = model.get("attention") if isinstance(model, dict) else None
+    if isinstance(spec, str) and ":" in spec and (named is None or named.strip() != spec.strip()):
+        raise ConfigError(f"{saved_path}: names the attention {spec[:300]!r}, code the run folder does not keep "
+                          "(it has no checkpoint); attnmt does not import code a run names. If it is your own, "
+                          f"resume with --attention {spec[:300]}")
+
+
+def _config_to_train(args: argparse.Namespace, requested, out: Path, overrides: dict):
+    """The RunConfig to train: the one given, or on --resume the run's own (with consent to any code
+    it names, when it has no checkpoint keeping that code)."""
+    from attnmt.errors import ConfigError
+    from attnmt.runs.folder import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
+    from attnmt.runs.run_config import RunConfig, apply_overrides
+
+    saved_path = out / CONFIG_FILE
+    saved = read_saved_config(out) if args.resume else None
+    if saved is None:
+        if requested is None:
+            raise ConfigError(f"{out}: no run to resume there ({saved_path} is missing); give --config to start one")
+        return requested
+    if requested is None and not (out / LAST).is_file():
+        _check_consent_to_code(saved, args.attention, saved_path)
+    if requested is None:
+        try:
+            requested = RunConfig.from_dict(apply_overrides(saved, overrides, args.set), base_dir=out)
+        except ConfigError as error:
+            raise ConfigError(f"{saved_path}: {error}") from None
+    return resolve_resume_config(saved, requested, {}, out) if (out / LAST).is_file() else requested
+
+
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from attnmt.errors import ConfigError
-    from attnmt.runs.folder import CONFIG_FILE, LAST, read_saved_config, resolve_resume_config
     from attnmt.runs.recipes import config_path
-    from attnmt.runs.run_config import RunConfig, apply_overrides, load_config
+    from attnmt.runs.run_config import load_config
     from attnmt.training.builder import StepLimitReached
     from attnmt.workflows import train
 
@@ -92,26 +129,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--resume needs --out RUN: the run folder to continue")
     out = args.out or _default_out(requested, args.config)
 
-    saved_path = out / CONFIG_FILE
-    saved = read_saved_config(out) if args.resume else None
-    if saved is not None:
-        if requested is None:
-            try:
-                requested = RunConfig.from_dict(apply_overrides(saved, overrides, args.set), base_dir=out)
-            except ConfigError as error:
-                raise ConfigError(f"{saved_path}: {error}") from None
-        config = resolve_resume_config(saved, requested, {}, out) if (out / LAST).is_file() else requested
-    elif requested is None:
-        raise ConfigError(f"{out}: no run to resume there ({saved_path} is missing); give --config to start one")
-    else:
-        config = requested
+    config = _config_to_train(args, requested, out, overrides)
 
     try:
         result = train(config, out, resume=args.resume, show_progress=not args.no_progress,
                        trust_run_code=args.trust_run_code, named_attention=args.attention)
         is_main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     except StepLimitReached as error:
-        raise ConfigError(f"{_max_steps_given(args, saved_path, error.limit)}: the run in {out} is already at "
+        raise ConfigError(f"{_max_steps_given(args, out / 'config.yaml', error.limit)}: the run in {out} is already at "
                           f"step {error.step}; give a limit of {error.step} or more") from None
     finally:
         if dist.is_available() and dist.is_initialized():

@@ -36,7 +36,7 @@ from attnmt.data.special_tokens import EOS_ID, UNK_ID
 from attnmt.decoding.base import BaseTranslator, Translation, Translations, source_texts
 from attnmt.decoding.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
-from attnmt.models import build_model
+from attnmt.models import build_model, check_model_fits
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, force_decode
 from attnmt.models.saliency import SaliencyOptions, saliency
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
@@ -127,6 +127,9 @@ class Translator(BaseTranslator):
             run_config = RunConfig.from_dict(state["config"])
             tokenizers = Tokenizers.from_state_dict(state["tokenizers"])
             with bound_classes(classes, only=True):
+                wanted = resolve_device(check_device_name(device if device is not None else run_config.search.device))
+                check_model_fits(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
+                                 [(torch.device("cpu"), 4)] + ([(wanted, 4)] if wanted.type != "cpu" else []))
                 model = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
         except AttnmtError as error:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None

@@ -25,7 +25,10 @@ Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from attnmt.errors import ConfigError
 from attnmt.models import rnn, transformer
@@ -33,11 +36,12 @@ from attnmt.models.common import check_target_mask, count_parameters, log_probab
 from attnmt.models.readout import ForcedReading, SpecialIds, force_decode
 from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
 from attnmt.models.transformer import Transformer, TransformerConfig
+from attnmt.runtime.device import available_memory, memory_size
 
 __all__ = [
     "MODEL_TYPES", "RENAMED_MODEL_KEYS", "ForcedReading", "ModelConfig", "RNNConfig", "SpecialIds",
-    "TransformerConfig", "build_model", "check_target_mask", "count_parameters", "force_decode", "log_probabilities",
-    "model_config",
+    "TransformerConfig", "build_model", "check_model_fits", "check_target_mask", "count_parameters", "force_decode",
+    "log_probabilities", "model_config",
 ]
 
 ModelConfig = RNNConfig | TransformerConfig
@@ -68,6 +72,28 @@ def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise ConfigError(f"unknown model.type {model_type!r}; known types: {', '.join(MODEL_TYPES)}")
     return MODEL_TYPES[model_type][0].from_dict(values)
+
+
+def check_model_fits(config: dict[str, Any] | ModelConfig, src_vocab_size: int, tgt_vocab_size: int,
+                     needs: Sequence[tuple[torch.device, int]]) -> None:
+    """ConfigError, before any weight is allocated, when the model ``config`` describes cannot fit:
+    it is built on the ``meta`` device (shapes, no storage) to count its P parameters, and each
+    ``(device, bytes per parameter)`` of ``needs`` must find P times that free (training: the
+    weights, their gradient and Adam's two moments, 16 bytes; loading: the float32 weights, 4).
+    Asking the allocator instead is not enough: where the kernel overcommits memory, a huge
+    allocation succeeds and the first write to it gets the process killed."""
+    try:
+        with torch.device("meta"):
+            parameters = count_parameters(build_model(config, src_vocab_size, tgt_vocab_size), trainable_only=False)
+    except Exception:  # noqa: BLE001 - a user's attention that cannot be built on meta: the allocator decides
+        return
+    for where, per_parameter in needs:
+        needed, available = per_parameter * parameters, available_memory(where)
+        if available is not None and needed > available:
+            raise ConfigError(
+                f"model: the model this config describes does not fit in the memory of {where}: its "
+                f"{parameters:,} parameters need about {memory_size(needed)} there, and "
+                f"{memory_size(available)} is free; make it smaller")
 
 
 def build_model(config: dict[str, Any] | ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Any:

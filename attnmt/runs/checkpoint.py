@@ -43,6 +43,7 @@ from attnmt.attention.user import CodeRecord, UntrustedCodeError, is_user_name, 
 from attnmt.errors import CheckpointError
 from attnmt.runs.run_config import with_old_defaults
 from attnmt.runtime.atomic_files import atomic_writer
+from attnmt.runtime.reading import DataTooLarge, check_plain_data
 
 FORMAT = "attnmt-checkpoint"
 FORMAT_VERSION = 2
@@ -167,6 +168,10 @@ def load_checkpoint(
     """
     path = Path(path)
     checkpoint = _read_archive(path)
+    try:  # before anything renders it: shared references in a pickle expand when printed
+        check_plain_data(checkpoint, str(path), max_string=None)
+    except DataTooLarge as error:
+        raise CheckpointError(f"{error}; attnmt never writes such a checkpoint") from None
 
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise CheckpointError(

@@ -44,6 +44,7 @@ from attnmt.runs.run_config import (
 )
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.checks import check_plain_name
+from attnmt.runtime.reading import DataTooLarge, read_text_bounded
 
 __all__ = [
     "BEST", "CONFIG_FILE", "LAST", "LOCK", "MACHINE_FIELDS", "METRICS", "RESUMABLE_CHANGES", "append_metrics",
@@ -160,10 +161,12 @@ def read_saved_config(run_dir: str | Path) -> dict | None:
     which the dict then holds: a new default must not change a run half-way through (``train
     --resume``)."""
     path = Path(run_dir) / CONFIG_FILE
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        saved = yaml_load(path.read_text(encoding="utf-8"))
+        saved = yaml_load(read_text_bounded(path))
+    except DataTooLarge as error:
+        raise ConfigError(f"{path}: the run's config {error}; it cannot be a run's config") from None
     except DuplicateKeyError as error:
         raise ConfigError(f"{path}:{error.line}: {error}") from None
     except yaml.YAMLError as error:

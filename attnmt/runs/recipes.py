@@ -40,7 +40,7 @@ def config_path(value: str | Path) -> Path:
     """The config file ``--config value`` means: ``value`` itself when it is a file, else the recipe
     of that name (with or without ``.yaml``). ConfigError lists the recipes when it is neither."""
     path = Path(value)
-    if path.is_file() or path.is_dir():  # a folder: load_config says it cannot be read
+    if path.exists():  # a folder or a special file: load_config says it cannot be read
         return path
     name = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
     names = recipe_names()

@@ -54,6 +54,7 @@ from attnmt.runtime.checks import (
 from attnmt.runtime.choices import GUIDE_UNALIGNED
 from attnmt.runtime.device import check_device_name
 from attnmt.runtime.precision import check_precision
+from attnmt.runtime.reading import MAX_DEPTH, MAX_INT_DIGITS, DataTooLarge, check_plain_data, read_text_bounded
 
 __all__ = ["MAX_LEN_A", "MAX_LEN_B", "SAVED_BEFORE_OPTIONS", "RunConfig", "SearchConfig", "TrainingConfig",
            "apply_overrides", "load_config", "with_old_defaults", "yaml_load"]
@@ -338,11 +339,24 @@ class DuplicateKeyError(yaml.YAMLError):
         self.line = second_line
 
 
+class YAMLTooLarge(yaml.YAMLError):
+    """YAML beyond the bounds of ``attnmt.runtime.reading``: aliases that stand for too many values,
+    nesting too deep, a number too long."""
+
+
 def _yaml_loader():
-    """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``), and
-    refusing a key given twice in one mapping."""
+    """PyYAML's SafeLoader, but reading ``1e-3`` as the float 0.001 (YAML 1.1 wants ``1.0e-3``),
+    refusing a key given twice in one mapping, and an integer too long to be a setting."""
 
     class Loader(yaml.SafeLoader):
+        def construct_yaml_int(self, node):
+            digits = sum(character.isdigit() for character in str(node.value))
+            if digits > MAX_INT_DIGITS:
+                raise YAMLTooLarge(f"line {node.start_mark.line + 1}: a number of {digits:,} digits; a setting has "
+                                   f"at most {MAX_INT_DIGITS}")
+            return super().construct_yaml_int(node)
+
+
         def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):
                 seen: dict[Any, int] = {}
@@ -355,6 +369,7 @@ def _yaml_loader():
                         seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
         re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -364,8 +379,18 @@ def _yaml_loader():
 
 
 def yaml_load(text: str) -> Any:
-    """Parse YAML text safely (no code), with ``1e-3`` read as a number."""
-    return yaml.load(text, Loader=_yaml_loader())
+    """Parse YAML text safely (no code), with ``1e-3`` read as a number; YAMLTooLarge (a
+    yaml.YAMLError) for what ``attnmt.runtime.reading.check_plain_data`` refuses: an alias bomb,
+    nesting too deep, an integer of hundreds of digits."""
+    try:
+        values = yaml.load(text, Loader=_yaml_loader())
+    except RecursionError:
+        raise YAMLTooLarge(f"nested more than {MAX_DEPTH} deep") from None
+    try:
+        check_plain_data(values, "the YAML")
+    except DataTooLarge as error:
+        raise YAMLTooLarge(str(error)) from None
+    return values
 
 
 def load_config(
@@ -379,11 +404,13 @@ def load_config(
     """
     path = config_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_bounded(path)
     except FileNotFoundError:  # removed since config_path looked
         raise ConfigError(f"{path}: config file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the config ({error})") from None
+    except DataTooLarge as error:
+        raise ConfigError(f"{path}: cannot be a config: it {error}") from None
     try:
         values = yaml_load(text)
     except DuplicateKeyError as error:
@@ -403,6 +430,8 @@ def load_config(
 
 def yaml_error_line(error: yaml.YAMLError) -> str:
     """PyYAML's several-line message as one line: ``line L, column C: problem``."""
+    if isinstance(error, YAMLTooLarge):
+        return f"too large to be a setting: {error}"
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,7 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     becomes an OutputError naming the file and saying that its previous version is intact.
     """
     path = Path(path)
+    _refuse_special(path)
     temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +83,18 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` as UTF-8 to ``path`` atomically; returns ``path``."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def _refuse_special(path: Path) -> None:
+    """OutputError when ``path`` exists as a device, a FIFO or a socket: replacing one with a
+    regular file (``/dev/null``, as root) is never what a user asked for."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OutputError(f"{path}: is not a regular file (a device, a FIFO or a socket); attnmt writes only "
+                          "regular files and left it as it is")
 
 
 def check_target(path: str | os.PathLike, overwrite: bool) -> Path:

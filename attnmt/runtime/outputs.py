@@ -1,17 +1,20 @@
 """Where a command may write, decided before any work: never onto one of its own inputs, never onto
 a file a run folder needs, never into a folder given as a file, only with a suffix it can write,
-and never over an existing file without ``--overwrite``."""
+never over an existing file without ``--overwrite``, and never over anything but a regular file (a
+device such as ``/dev/null``, a FIFO, a socket), ``--overwrite`` or not."""
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from attnmt.errors import ConfigError
 
-__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder", "run_owning"]
+__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder", "run_owning",
+           "special_file_kind"]
 
 #: Files of a run folder (attnmt.runs.folder names them): what it needs, and what ``attnmt evaluate``
 #: and ``compare`` keep in it. No other command's output may replace one, nor a heatmap in its
@@ -62,6 +65,10 @@ def check_output(
                           f"got {target.suffix or 'no suffix'!r}")
     if target.is_dir():
         raise ConfigError(f"{option} {target} is a folder; give a file name to write to")
+    special = special_file_kind(target)
+    if special is not None:  # /dev/null, a FIFO: --overwrite would replace it with a regular file
+        raise ConfigError(f"{option} {target} is {special}, not a regular file; attnmt writes its outputs to "
+                          "regular files only (even with --overwrite); choose a file name")
     for source in inputs:
         if source is None:
             continue
@@ -80,6 +87,18 @@ def check_output(
         raise ConfigError(f"{option} {target} exists; pass --overwrite to replace it, or choose another name")
     check_writable_folder(target.parent, f"{option} {target}")
     return target
+
+
+def special_file_kind(path: Path) -> str | None:
+    """What ``path`` is when it exists as something other than a regular file or a folder (following
+    links): "a device", "a FIFO", "a socket"; None otherwise."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
 def check_writable_folder(folder: str | os.PathLike, what: str) -> None:

@@ -38,8 +38,8 @@ class InlineJobs:
     def run(self, model: str, job: Callable[[], T], priority: int = 0) -> T:
         return job()
 
-    def stop(self) -> None:
-        pass
+    def stop(self, wait: float = 0.0) -> bool:
+        return True
 
 
 class ModelWorkers:
@@ -49,8 +49,10 @@ class ModelWorkers:
         self._queues: dict[str, queue.PriorityQueue] = {name: queue.PriorityQueue() for name in names}
         self._order = itertools.count()
         self._stopped = threading.Event()
-        for name, jobs in self._queues.items():
-            threading.Thread(target=self._work, args=(jobs,), name=f"attnmt-serve-{name}", daemon=True).start()
+        self._threads = [threading.Thread(target=self._work, args=(jobs,), name=f"attnmt-serve-{name}", daemon=True)
+                         for name, jobs in self._queues.items()]
+        for thread in self._threads:
+            thread.start()
 
     def run(self, model: str, job: Callable[[], T], priority: int = 0) -> T:
         """Queue ``job`` on ``model``'s worker and wait for its result (or its exception)."""
@@ -73,8 +75,11 @@ class ModelWorkers:
             except BaseException as error:  # noqa: BLE001 - handed to the request that asked for it
                 done.set_exception(error)
 
-    def stop(self) -> None:
-        """No new jobs; those queued fail with RuntimeError, so no request waits forever."""
+    def stop(self, wait: float = 60.0) -> bool:
+        """No new jobs; those queued fail with RuntimeError, so no request waits forever; then wait up
+        to ``wait`` seconds for the jobs running now to end. The interpreter must not exit while a
+        worker is inside a PyTorch operator: that aborted the process (SIGABRT, "terminate called
+        without an active exception") on Ctrl-C during saliency. True when every worker ended."""
         self._stopped.set()
         for jobs in self._queues.values():
             while True:
@@ -85,3 +90,7 @@ class ModelWorkers:
                 if done is not None and done.set_running_or_notify_cancel():
                     done.set_exception(RuntimeError(STOPPING))
             jobs.put((-1, -1, None, None))  # ends the worker
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(wait)
+        return not any(thread.is_alive() for thread in self._threads)

@@ -29,7 +29,7 @@ from attnmt.data import (
 )
 from attnmt.data.link_files import AlignmentGuide, check_links_file
 from attnmt.errors import CheckpointError, ConfigError
-from attnmt.models import build_model, count_parameters
+from attnmt.models import build_model, check_model_fits, count_parameters
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
 from attnmt.runs.folder import (
@@ -166,7 +166,8 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
 
     only_recorded = checkpoint is not None  # a resumed run builds the code its checkpoint keeps, nothing else
     with bound_classes(attention_classes, only_recorded):  # before the seed: nothing here may draw from its stream
-        _check_model_memory(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size, device)
+        check_model_fits(config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
+                         [(torch.device("cpu"), 4), (device, 16)] if device.type != "cpu" else [(device, 16)])
     seed_everything(training.seed)
     # Initialised on the CPU, then moved: the same seed gives the same weights on every device.
     try:
@@ -262,29 +263,6 @@ class StepLimitReached(ConfigError):
         super().__init__(f"training.max_steps={limit}: the run in {run_dir} is already at step {step}; "
                          f"give a limit of {step} or more")
         self.limit, self.step = limit, step
-
-
-def _check_model_memory(model_config, src_vocab: int, tgt_vocab: int, device: torch.device) -> None:
-    """ConfigError, before any weight is allocated, when the model cannot fit: it is built on the
-    ``meta`` device (shapes, no storage) to count its P parameters. Its float32 weights (4P bytes)
-    are initialised on the CPU; training keeps them, their gradient and Adam's two moments on
-    ``device`` (16P bytes). Asking the allocator instead is not enough: where the kernel overcommits
-    memory, a huge allocation succeeds and the first write to it gets the process killed."""
-    try:
-        with torch.device("meta"):
-            parameters = count_parameters(build_model(model_config, src_vocab, tgt_vocab), trainable_only=False)
-    except Exception:  # a user's attention that cannot be built on meta: the allocator decides below
-        return
-    needs = [(device, 16 * parameters)]
-    if device.type != "cpu":
-        needs.insert(0, (torch.device("cpu"), 4 * parameters))
-    for where, needed in needs:
-        available = available_memory(where)
-        if available is not None and needed > available:
-            raise ConfigError(
-                f"model: the model this config describes does not fit in the memory of {where}: its "
-                f"{parameters:,} parameters need about {memory_size(needed)} there, and "
-                f"{memory_size(available)} is free; make it smaller")
 
 
 def _check_batch_memory(max_tokens: int, src_ids, tgt_ids, vocabulary: int, device: torch.device) -> None:

@@ -54,6 +54,7 @@ from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.errors import ConfigError, DataError
 from attnmt.models.saliency import SALIENCY_METHODS, SaliencyOptions
 from attnmt.runtime.atomic_files import write_bytes_atomic
+from attnmt.runtime.outputs import special_file_kind
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_lines", "attention_records", "load_attention", "save_attention"]
 
@@ -157,6 +158,9 @@ def check_attention_path(path: str | os.PathLike, overwrite: bool = False) -> Pa
                           f"got {path.suffix or 'no suffix'!r}")
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; give a file name")
+    special = special_file_kind(path)
+    if special is not None:
+        raise ConfigError(f"{path}: is {special}, not a regular file; give a file name")
     if path.exists() and not overwrite:
         raise ConfigError(f"{path}: already exists; pass overwrite=True to replace it")
     return path
