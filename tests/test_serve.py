@@ -377,3 +377,98 @@ def test_ctrl_c_while_a_model_works_waits_for_it_and_exits_cleanly(runs):
     assert process.returncode == 0, err
     assert "terminate called" not in err and "Traceback" not in err
     assert "stopped" in err.strip().splitlines()[-1]
+
+
+# -- what a new user's probe found (issue 63, items 2, 7, 8, 9) -------------------------------------
+
+
+def raw_exchange(server, data: bytes, wait: float = 5.0) -> bytes:
+    """Send ``data`` on one connection and read until the server closes it (or ``wait`` passes)."""
+    import socket
+
+    host, port = server.server_address[:2]
+    with socket.create_connection((host, port), timeout=wait) as connection:
+        connection.sendall(data)
+        received = b""
+        try:
+            while chunk := connection.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+    return received
+
+
+def smuggled(port: int, outer_headers: str) -> bytes:
+    inner_body = json.dumps({"sentence": SENTENCE}).encode()
+    inner = (f"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+             f"Content-Length: {len(inner_body)}\r\n\r\n").encode() + inner_body
+    return (f"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{outer_headers}"
+            f"Content-Length: {len(inner)}\r\n\r\n").encode() + inner
+
+
+@pytest.mark.parametrize("outer", ["Content-Type: text/plain\r\n",
+                                   "Content-Type: application/json\r\nOrigin: http://evil.example\r\n",
+                                   "Content-Type: text/plain\r\nOrigin: http://evil.example\r\n"])
+def test_a_refused_requests_body_is_never_read_as_the_next_request(server, outer):
+    """A page on another site sends a text/plain POST (no preflight) whose body is a whole JSON
+    request: the refusal closes the connection, so the inner request is never answered."""
+    answer = raw_exchange(server, smuggled(server.server_address[1], outer))
+    assert answer.count(b"HTTP/1.1 ") == 1, answer[:400]
+    assert answer.startswith((b"HTTP/1.1 415", b"HTTP/1.1 403")) and b"Connection: close" in answer
+
+
+def test_a_client_that_trickles_a_request_is_cut_off_at_the_deadline(server, monkeypatch):
+    import socket
+
+    monkeypatch.setattr("attnmt.serve.server.REQUEST_DEADLINE", 1.0)
+    host, port = server.server_address[:2]
+    start = time.monotonic()
+    with socket.create_connection((host, port), timeout=10) as connection:
+        request = f"GET /api/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: {'a' * 40}\r\n\r\n".encode()
+        closed = False
+        for byte in request:
+            try:
+                connection.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)  # each read well within READ_TIMEOUT, the whole far beyond the deadline
+            if time.monotonic() - start > 3:
+                break
+        if not closed:
+            try:
+                closed = connection.recv(1) == b""
+            except OSError:
+                closed = True
+    assert closed and time.monotonic() - start < 4
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b"[" * 30000 + b"]" * 30000, "nested too deep"),
+    (b'{"sentence": ' + b"9" * 5000 + b"}", "out of range"),
+    (b'{"sentence": "ein \\ud800 hund"}', "lone surrogate"),
+])
+def test_odd_json_gets_a_one_line_400(server, body, words):
+    status, answer = request(server, "POST", "/api/translate", body)
+    assert status == 400 and words in answer["error"]
+
+
+def test_a_gold_link_of_other_digits_is_a_400(views):
+    with pytest.raises(RequestError) as refused:
+        views.gold({"sentence": "Ein hund", "reference": "A dog", "links": "\u00b2-1"})
+    assert refused.value.status == 400
+
+
+def test_unknown_methods_and_doubled_slashes_get_json_not_pages(server):
+    answer = raw_exchange(server, f"FROB / HTTP/1.1\r\nHost: 127.0.0.1:{server.server_address[1]}\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 501") and b'{"error"' in answer and b"<html" not in answer.lower()
+    status, _ = request(server, "GET", "//api/models")
+    assert status == 404
+
+
+def test_a_client_that_hangs_up_is_not_a_traceback(server, capsys):
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""

@@ -9,8 +9,12 @@ A local tool that behaves like one:
 - a POST must be JSON (``Content-Type: application/json``, which another site's page cannot send
   without a preflight this server never grants) and, when it says where it comes from
   (``Origin``), come from this page;
-- a body is at most ``MAX_BODY`` bytes, read with a time limit; every value in it is bounded by
-  the views (``RequestError``: a 4xx answer with one line);
+- a body is at most ``MAX_BODY`` bytes; a request (its line, headers and body) must arrive within
+  ``REQUEST_DEADLINE`` seconds in all, however slowly it trickles; every value in it is bounded by
+  the views (``RequestError``: a 4xx answer with one line), JSON nested too deep or holding a number
+  of thousands of digits included;
+- every error answer closes the connection, so a body left unread (a request refused before its
+  body was read) can never be taken for the next request on a kept-alive connection;
 - the static files are a fixed list: no path of a request is ever read from the disk;
 - the page may run only its own scripts and talk only to this server (Content-Security-Policy).
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import sys
 import threading
 from http import HTTPStatus
@@ -43,7 +48,8 @@ from attnmt.serve.views import RequestError, Views
 __all__ = ["MAX_BODY", "AttnmtServer", "make_server", "serve_in_thread"]
 
 MAX_BODY = 64 * 1024
-READ_TIMEOUT = 20  # seconds a client may take to send a request
+READ_TIMEOUT = 20  # seconds a client may wait between two reads of a request
+REQUEST_DEADLINE = 30  # seconds a client may take to send a whole request
 
 #: the files of the page: request path -> (file in attnmt/serve/static, content type)
 STATIC = {
@@ -84,6 +90,14 @@ class AttnmtServer(ThreadingHTTPServer):
         self.files = _static_files()
         host, port = str(self.server_address[0]), int(self.server_address[1])
         self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a closed tab, a cut connection) is no fault of the server's: nothing
+        is printed. Anything else is one line, not a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        sys.stderr.write(f"attnmt serve: error: {client_address[0]}: {type(error).__name__}: {error}\n")
 
     def allows_host(self, header: str | None) -> bool:
         """Whether a request's Host header names this server: ``localhost`` or an IP address, with
@@ -126,7 +140,39 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body, "application/json; charset=utf-8")
 
     def _error(self, status: int, message: str) -> None:
-        self._json(status, {"error": message})
+        """A one-line JSON error; the connection closes after it (module docstring)."""
+        self.close_connection = True
+        body = json.dumps({"error": message}, ensure_ascii=False).encode("utf-8")
+        self._send(status, body, "application/json; charset=utf-8", {"Connection": "close"})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (an unknown method, a malformed request line) as the
+        same one-line JSON, not its HTML page."""
+        try:
+            self._error(code, message or HTTPStatus(code).phrase)
+        except (ConnectionError, TimeoutError, ValueError):
+            self.close_connection = True
+
+    # -- a whole request within REQUEST_DEADLINE
+
+    def handle_one_request(self) -> None:
+        self._reading = True
+        timer = threading.Timer(REQUEST_DEADLINE, self._too_slow)
+        timer.daemon = True
+        timer.start()
+        try:
+            super().handle_one_request()
+        finally:
+            timer.cancel()
+
+    def _too_slow(self) -> None:
+        """The deadline passed while the request was still arriving: the connection is cut."""
+        if self._reading:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the standard library's name
         if not self.server.quiet:
@@ -155,20 +201,35 @@ class Handler(BaseHTTPRequestHandler):
         if int(length) > MAX_BODY:
             raise RequestError(413, f"the body is {length} bytes, more than {MAX_BODY}")
         data = self.rfile.read(int(length))
+        self._reading = False
+        if len(data) < int(length):
+            raise ConnectionError("the client sent less than its Content-Length")
         try:
             payload = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise RequestError(400, f"the body is not JSON ({error})") from None
+        except RecursionError:
+            raise RequestError(400, "the body's JSON is nested too deep") from None
+        except ValueError as error:  # an integer of thousands of digits
+            raise RequestError(400, f"the body's JSON holds a value out of range ({str(error)[:80]})") from None
         if not isinstance(payload, dict):
             raise RequestError(400, "the body must be a JSON object")
         return payload
 
     # -- methods
 
+    def _request_path(self) -> str:
+        """The path asked for, without its query; "" for one the request line wrote otherwise than
+        the page does (``//api/models``, which http.server would quietly read as ``/api/models``)."""
+        words = self.requestline.split()
+        raw = words[1] if len(words) > 1 else ""
+        return "" if raw.startswith("//") else self.path.split("?", 1)[0]
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._reading = False
         if self._refused():
             return
-        path = self.path.split("?", 1)[0]
+        path = self._request_path()
         if path in self.server.files:
             body, kind = self.server.files[path]
             self._send(HTTPStatus.OK, body, kind)
@@ -182,7 +243,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         if self._refused():
             return
-        path = self.path.split("?", 1)[0]
+        path = self._request_path()
         try:
             if path not in POSTS and path != "/api/export":
                 self.close_connection = True  # its body is not read

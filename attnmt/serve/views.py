@@ -86,6 +86,10 @@ def _text(payload: dict, key: str, limit: int = MAX_SENTENCE_CHARS, required: bo
         raise RequestError(400, f"{key}: give some words (a string)")
     if len(value) > limit:
         raise RequestError(413, f"{key}: {len(value)} characters, more than {limit}; split it into sentences")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (\ud800 in the JSON): no text a tokenizer can read
+        raise RequestError(400, f"{key}: holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
     return " ".join(value.split())
 
 
@@ -426,7 +430,7 @@ def _links(text: str, sources: int, targets: int) -> set[tuple[int, int]]:
     links = set()
     for item in text.replace(",", " ").split():
         left, dash, right = item.partition("-")
-        if not dash or not left.isdigit() or not right.isdigit():
+        if not dash or not (left.isascii() and left.isdigit()) or not (right.isascii() and right.isdigit()):
             raise RequestError(400, f"links: {item!r:.20} is not i-j (source word i, reference word j, from 0)")
         i, j = int(left), int(right)
         if i >= sources or j >= targets:
