@@ -11,6 +11,7 @@ here they name the command's options instead (``--batch-size 4``, ``--overwrite`
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import importlib
 import os
@@ -50,6 +51,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: model over a corpus (docs/experiments.md, "A training step's speed"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
 KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve", "explain"}
+
+#: what writing the output can fail with: a full disk or quota, an I/O error
+STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
 
 #: library parameters whose command-line option has another name
 PARAMETER_OPTIONS = {"set_options": "--set", "num_threads": "--threads"}
@@ -187,7 +191,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _undecodable_argument(arguments: list[str]) -> str | None:
+    """One line naming the first argument that is not valid UTF-8 (Python keeps its bytes as lone
+    surrogates, which fail later, far from the cause), or None."""
+    for number, argument in enumerate(arguments, start=1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            bad = next(index for index, character in enumerate(argument) if 0xDC80 <= ord(character) <= 0xDCFF)
+            byte = ord(argument[bad]) - 0xDC00  # the byte surrogateescape kept
+            return f"argument {number} is not valid UTF-8 (byte {byte:#04x} at character {bad + 1}); give text in UTF-8"
+    return None
+
+
+def _stdout_failed(command: str, error: OSError) -> int:
+    """The output could not be written (a full disk, ``> /dev/full``, an I/O error): one line, exit 2;
+    stdout is pointed at /dev/null so that Python's own flush at exit does not fail again."""
+    print(f"attnmt {command}: error: cannot write the output ({error.strerror or error})", file=sys.stderr)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        undecodable = _undecodable_argument(sys.argv[1:])
+        if undecodable is not None:
+            print(f"attnmt: error: {undecodable}", file=sys.stderr)
+            return 2
     parser = build_parser()
     # Options may come before, between or after a command's list of sentences or runs (``attnmt
     # translate RUN --beam 5 "Ein Hund."``): argparse leaves the items after an option over, and
@@ -204,9 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     show_warnings_in_one_line(args.command)
     if argv is None and args.command in KEEP_FREED_MEMORY:  # attnmt is the process
         keep_freed_memory()
+    return _run_command(args, argv)
+
+
+def _run_command(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Run the parsed command: its errors as one line with exit 2, a stop as 130, a reader that left
+    as 141, a full disk on the output as one line."""
     restore_stops = stop_on_signals()
     try:
-        return int(args.run(args) or 0)
+        status = int(args.run(args) or 0)
+        if argv is None:
+            sys.stdout.flush()  # here, where a full disk is one line, not at the interpreter's exit
+        return status
     except AttnmtError as error:
         print(f"attnmt {args.command}: error: {in_command_words(str(error), args.command_parser)}", file=sys.stderr)
         return 2
@@ -217,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail again
         return 141
+    except OSError as error:
+        if error.errno not in STDOUT_ERRORS:
+            raise
+        return _stdout_failed(args.command, error)
     finally:
         if argv is None:  # attnmt is the process (the console script, python -m attnmt)
             finish_without_stops()

@@ -284,3 +284,23 @@ def test_a_read_only_folder_is_one_line_before_any_work_and_no_traceback(tmp_pat
         "permission); choose another folder",
     ]
     assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("arguments", [["recipes"], ["explore", "copy", "--samples", "2", "--dim", "4", "--keys", "3"]])
+def test_a_full_disk_on_standard_output_is_one_line(arguments):
+    """``attnmt recipes > /dev/full``: one line and exit 2, not a traceback at the interpreter's exit
+    (issue 63, item 8)."""
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([sys.executable, "-m", "attnmt", *arguments], stdout=full, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "Traceback" not in err and "Exception ignored" not in err
+    assert err.strip().splitlines()[-1].endswith("cannot write the output (No space left on device)")
+
+
+def test_an_argument_that_is_not_utf8_is_one_line():
+    done = subprocess.run([sys.executable, "-m", "attnmt", "translate", b"\xff\xfe"], capture_output=True,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert done.stderr.decode().strip() == "attnmt: error: argument 2 is not valid UTF-8 (byte 0xff at character 1); " \
+                                           "give text in UTF-8"
