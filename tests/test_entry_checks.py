@@ -131,3 +131,20 @@ def test_config_values_that_reached_a_library_are_refused_where_they_enter(attnm
     line = one_line_error(attnmt("train", "--config", TINY, "--set", setting, "--out", str(tmp_path / "r")))
     assert named in line
     assert not (tmp_path / "r").exists()
+
+
+def test_words_name_where_a_value_came_from(attnmt, tiny_run, tmp_path):
+    """Issue 63, item 10: an unknown key given with --set is blamed on --set, not on the recipe; a
+    checkpoint's own beam is not called --beam, an option the user never gave."""
+    import torch
+
+    line = one_line_error(attnmt("train", "--config", "tiny", "--set", "training.frob=1", "--out", str(tmp_path / "r")))
+    assert line.startswith("attnmt train: error: --set training.frob=1: training: unknown key(s) 'frob'")
+    _, run = tiny_run
+    state = torch.load(run / "best.pt", weights_only=True)
+    state["config"]["search"]["beam"] = 1_000_000
+    torch.save(state, tmp_path / "wide.pt")
+    done = attnmt("translate", str(tmp_path / "wide.pt"), "ein hund")
+    line = done.stderr.strip().splitlines()[-1]  # after the line that says where the model runs
+    assert done.returncode == 2 and "--beam" not in line
+    assert "the run's search.beam 1000000: at most the target vocabulary size" in line

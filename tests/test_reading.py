@@ -124,3 +124,15 @@ def test_a_checkpoint_asking_for_a_huge_model_is_refused_before_allocating(tiny_
     torch.save(state, path)
     with pytest.raises((CheckpointError, ConfigError), match="does not fit in the memory"):
         Translator.load(path)
+
+
+@pytest.mark.parametrize("progress", [12345, "step 4", [1, 2], {"step": 4, "plateau": 7}])
+def test_a_damaged_progress_in_a_checkpoint_is_one_line(tiny_run, tmp_path, attnmt_cli, progress):
+    """``progress: 12345`` in a checkpoint ended in a traceback in translate (item 8)."""
+    _, run = tiny_run
+    state = torch.load(run / "best.pt", weights_only=True)
+    state["progress"] = progress
+    path = tmp_path / "damaged.pt"
+    torch.save(state, path)
+    result = attnmt_cli("translate", path, "ein hund")
+    assert result.returncode == 2 and "its progress is damaged" in result.stderr.strip().splitlines()[-1]

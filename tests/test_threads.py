@@ -83,8 +83,9 @@ def test_a_busy_neighbour_is_seen_and_this_process_is_not_counted():
 
 def test_a_fixed_count_never_changes_and_says_where_it_came_from(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert thread_plan(3, "--threads").reason == "--threads 3" and not thread_plan(3).adaptive
-    assert thread_plan(2, "training.num_threads").reason == "training.num_threads=2"
+    most = available_cores()
+    assert thread_plan(most, "--threads").reason == f"--threads {most}" and not thread_plan(most).adaptive
+    assert thread_plan(1, "training.num_threads").reason == "training.num_threads=1"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     plan = thread_plan(None)
     assert plan.threads == 1 and not plan.adaptive and plan.reason == "OMP_NUM_THREADS=1"
@@ -114,3 +115,15 @@ def test_every_batch_of_a_translator_follows_the_chooser():
         read(translations)
         assert Counting.calls > before, read.__name__
     assert Counting.calls >= 3
+
+
+def test_more_threads_than_cores_is_refused_as_an_option_and_capped_in_a_config():
+    """``--threads 1000`` was accepted and a step then took 78 s (issue 63, item 10); a config
+    written on a larger machine still runs here, on the cores there are."""
+    from attnmt.errors import ConfigError
+
+    most = available_cores()
+    with pytest.raises(ConfigError, match=f"--threads {most + 1}: this machine gives attnmt {most} core"):
+        thread_plan(most + 1, "--threads")
+    plan = thread_plan(1000, "training.num_threads")
+    assert plan.threads == most and not plan.adaptive and "more than the" in plan.reason

@@ -427,9 +427,10 @@ def test_weights_that_do_not_fit_the_config(trained_run, tmp_path):
 
 
 def test_threads_come_from_the_config_then_omp_num_threads_then_the_cores(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert training_threads(3, world_size=1) == 3
-    assert training_threads(None, world_size=1) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert training_threads(1, world_size=1) == 1  # the config wins
+    assert training_threads(None, world_size=1) == 2
+    assert training_threads(1000, world_size=1) == available_cores()  # never more than the cores
     monkeypatch.delenv("OMP_NUM_THREADS")
     cores = available_cores()
     assert training_threads(None, world_size=1) == cores

@@ -181,12 +181,15 @@ class Translator(BaseTranslator):
         per_row = self.tokenizers.tgt.vocab_size * self.BYTES_PER_ROW_AND_TOKEN + longest_output * per_token
         return batch_size * beam * per_row
 
-    def _check_resources(self, beam: int, batch_size: int, source_length: int, return_attention: bool) -> None:
+    def _check_resources(self, beam: int, batch_size: int, source_length: int, return_attention: bool,
+                         beam_named: str = "beam") -> None:
         """ConfigError, before any work, for a beam wider than the vocabulary or a batch of search
-        (``search_bytes``) larger than half the memory the device has free."""
+        (``search_bytes``) larger than half the memory the device has free. ``beam_named`` says where
+        the beam came from ("beam", an argument the command line shows as --beam, or the run's own)."""
         vocabulary = self.tokenizers.tgt.vocab_size
         if beam > vocabulary:
-            raise ConfigError(f"beam={beam}: at most the target vocabulary size, {vocabulary}")
+            shown = f"beam={beam}" if beam_named == "beam" else f"{beam_named} {beam}"
+            raise ConfigError(f"{shown}: at most the target vocabulary size, {vocabulary}")
         needed = self.search_bytes(beam, batch_size, source_length, return_attention)
         available = available_memory(self.device)
         if available is not None and needed > available // 2:
@@ -224,6 +227,7 @@ class Translator(BaseTranslator):
         if isinstance(sentences, str):
             raise TypeError("translate: sentences must be a list of strings, not one string")
         search = self.search_config
+        beam_named = "beam" if beam is not None else "the run's search.beam"
         beam = search.beam if beam is None else beam
         if not is_int(beam) or beam < 1:
             raise ValueError(f"translate: beam must be an integer >= 1, got {beam!r}")
@@ -240,7 +244,7 @@ class Translator(BaseTranslator):
             if len(ids) > self.max_source_pieces:
                 raise ConfigError(f"sentence {number}: {self.source_problem(sentences[number - 1])}")
         longest_source = max(len(ids) for ids in src_ids) + 1  # with EOS
-        self._check_resources(beam, min(batch_size, len(sentences)), longest_source, return_attention)
+        self._check_resources(beam, min(batch_size, len(sentences)), longest_source, return_attention, beam_named)
 
         results: list[Translation | None] = [None] * len(sentences)
         bar = tqdm(total=len(sentences), desc=f"translate (beam {beam})", unit="sent", leave=False) \

@@ -194,6 +194,11 @@ def load_checkpoint(
             f"{path}: checkpoint is missing {', '.join(missing)} "
             f"(found keys: {', '.join(sorted(map(str, checkpoint)))})"
         )
+    progress = checkpoint.get("progress")
+    if progress is not None and not (isinstance(progress, dict) and all(
+            isinstance(progress.get(part, {}), dict) for part in ("plateau", "window", "epoch_sums"))):
+        raise CheckpointError(f"{path}: its progress is damaged (a {type(progress).__name__}, not the mapping "
+                              "attnmt writes); the checkpoint was edited")
     model_type = checkpoint["model_type"]
     config = checkpoint["config"]
     model_section = config.get("model") if isinstance(config, dict) else None

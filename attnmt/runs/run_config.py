@@ -446,7 +446,8 @@ def _source_of(message: str, overrides: dict[str, Any], set_options: Sequence[st
             return f"{name}={value}"
     for option in reversed(set_options):  # the last one given wins, as when they are applied
         target = option.partition("=")[0].strip()
-        if target and target in message:
+        section, _, key = target.partition(".")
+        if target and (target in message or (message.startswith(f"{section}: unknown key") and f"'{key}'" in message)):
             return f"set_options={option}"
     return str(path)
 

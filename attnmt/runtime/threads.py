@@ -33,6 +33,8 @@ from typing import TypeVar
 
 import torch
 
+from attnmt.errors import ConfigError
+
 __all__ = ["ThreadChooser", "ThreadPlan", "available_cores", "following", "others_running", "thread_plan"]
 
 Unit = TypeVar("Unit")
@@ -68,8 +70,14 @@ def thread_plan(configured: int | None, option: str = "--threads", processes: in
     """What a command runs with: ``configured`` (an option or config key, named ``option``), else
     $OMP_NUM_THREADS, else adaptive over the cores available shared out among ``processes``."""
     if configured:
-        return ThreadPlan(configured, False, f"{option} {configured}" if option.startswith("--")
-                          else f"{option}={configured}")
+        cores = available_cores()
+        named = f"{option} {configured}" if option.startswith("--") else f"{option}={configured}"
+        if configured > cores:
+            if option.startswith("--"):  # said now, on this machine: a mistake to name
+                raise ConfigError(f"{named}: this machine gives attnmt {cores} core{'s' if cores > 1 else ''}; "
+                                  f"more threads than cores only wait for each other (give at most {cores})")
+            return ThreadPlan(cores, False, f"{named} is more than the {cores} cores here: {cores}")
+        return ThreadPlan(configured, False, named)
     from_env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if from_env.isdigit() and int(from_env) > 0:
         return ThreadPlan(int(from_env), False, f"OMP_NUM_THREADS={from_env}")
