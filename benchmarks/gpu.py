@@ -213,6 +213,11 @@ def speed(args) -> dict:
             setup_seconds = time.perf_counter() - started
             by_precision = []
             for precision in args.precisions:
+                if precision == "fp16" and device.type == "cpu":  # PyTorch has no float16 LSTM on a CPU
+                    print(f"{config_path} fp16: skipped on the CPU (no float16 kernels there; fp16 is for GPUs)",
+                          file=sys.stderr)
+                    by_precision.append({"precision": precision, "skipped": "no float16 kernels on a CPU"})
+                    continue
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(device)
                 measured = measure_precision(config, parts, precision, device, args.steps, args.split_steps)
