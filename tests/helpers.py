@@ -291,6 +291,26 @@ class Browser:
         self.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=box[0], y=box[1])
         return box[0], box[1]
 
+    KEYS = {"Tab": ("Tab", 9), "ArrowRight": ("ArrowRight", 39), "ArrowLeft": ("ArrowLeft", 37),
+            "ArrowDown": ("ArrowDown", 40), "ArrowUp": ("ArrowUp", 38), "Enter": ("Enter", 13)}
+
+    def press(self, key: str) -> None:
+        """A real key press (down, then up) of one of ``KEYS``, sent to whatever has the focus."""
+        code, virtual = self.KEYS[key]
+        for kind in ("rawKeyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", session=True, type=kind, key=key, code=code,
+                      windowsVirtualKeyCode=virtual, nativeVirtualKeyCode=virtual)
+
+    def type_text(self, text: str) -> None:
+        """Text typed into the element that has the focus, as a keyboard's input would insert it."""
+        self.call("Input.insertText", session=True, text=text)
+
+    def click(self, selector: str) -> None:
+        """A real left click in the middle of the element (scrolled into view)."""
+        x, y = self.hover(selector)
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", session=True, type=kind, x=x, y=y, button="left", clickCount=1)
+
     def screenshot(self, path: Path) -> Path:
         data = self.call("Page.captureScreenshot", session=True, format="png")["data"]
         path.write_bytes(base64.b64decode(data))

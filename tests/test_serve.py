@@ -266,8 +266,10 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     deadline = time.monotonic() + 20
     while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
         time.sleep(0.05)
-    browser.evaluate(f"document.getElementById('sentence').value = {json.dumps(SENTENCE)}")
-    browser.evaluate("document.getElementById('translate').click()")
+    browser.click("#sentence")
+    browser.evaluate("document.getElementById('sentence').select()")
+    browser.type_text(SENTENCE)
+    browser.click("#translate")
     heatmaps = "document.querySelectorAll('.panel svg.heatmap').length"
     while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)  # each panel appears when its model has answered
@@ -472,3 +474,43 @@ def test_a_client_that_hangs_up_is_not_a_traceback(server, capsys):
     except BrokenPipeError:
         server.handle_error(None, ("127.0.0.1", 1))
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_tab_and_arrow_keys_move_the_linked_word_to_the_nearest_equal_one(server, browser):
+    """Issue 63, item 5: typed, clicked and moved with the keyboard as a person does. Tab reaches the
+    first output word of the first panel; each arrow moves the focus one word on, and the other
+    panel links the occurrence of that word nearest in relative position, not its first one."""
+    browser.open(f"http://127.0.0.1:{server.server_address[1]}/")
+    deadline = time.monotonic() + 30
+    while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    browser.click("#sentence")
+    browser.evaluate("document.getElementById('sentence').select()")
+    browser.type_text(SENTENCE)
+    browser.click("#translate")
+    panels = "document.querySelectorAll('.panel svg.heatmap').length"
+    while browser.evaluate(panels) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = ".panel[data-model='run'] .out-word"
+    for _ in range(200):
+        browser.press("Tab")
+        if browser.evaluate(f"document.activeElement.matches({json.dumps(first)})"):
+            break
+    assert browser.evaluate("document.activeElement.dataset.row") == "0"
+    mine = browser.evaluate(f"[...document.querySelectorAll({json.dumps(first)})].map(w => w.textContent)")
+    theirs = browser.evaluate("[...document.querySelectorAll(\".panel[data-model='run-2'] .out-word\")]"
+                              ".map(w => w.textContent)")
+    for row in range(1, min(len(mine), 8)):
+        browser.press("ArrowRight")
+        assert browser.evaluate("document.activeElement.dataset.row") == str(row)
+        linked = int(browser.evaluate("document.querySelector(\".panel[data-model='run-2'] .out-word.linked\")"
+                                      ".dataset.row"))
+        equal = [i for i, word in enumerate(theirs) if word.lower() == mine[row].lower()]
+        if equal:
+            place = row / max(1, len(mine) - 1)
+            nearest = min(equal, key=lambda i: (abs(i / max(1, len(theirs) - 1) - place), i))
+            assert linked == nearest, (row, mine, theirs)
+    browser.press("ArrowLeft")
+    assert browser.evaluate("document.activeElement.dataset.row") == str(min(len(mine), 8) - 2)
+    assert not browser.errors()

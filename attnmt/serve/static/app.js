@@ -243,11 +243,29 @@
 
   // -- linked panels ----------------------------------------------------------------------------------
 
-  function rowFor(record, word, row, rows) {
-    const words = record.view.out_words;
-    const same = words.findIndex((w) => w.toLowerCase() === word.toLowerCase());
-    if (same >= 0) return same;
-    return Math.min(words.length - 1, Math.round(row * (words.length - 1) / Math.max(1, rows - 1)));
+  // The row of another panel that stands for output word `row` of `from`: an equal word nearest in
+  // relative position; without one, the word whose attention over the source is nearest (L1 over
+  // the source words, when both panels have the same ones); else the same relative position.
+  function rowFor(record, from, row) {
+    const words = record.view.out_words, theirs = from.view.out_words;
+    const place = (i, count) => (count > 1 ? i / (count - 1) : 0);
+    const target = place(row, theirs.length);
+    const word = theirs[row].toLowerCase();
+    let best = -1;
+    words.forEach((w, i) => {
+      if (w.toLowerCase() === word && (best < 0 || Math.abs(place(i, words.length) - target) < Math.abs(place(best, words.length) - target))) best = i;
+    });
+    if (best >= 0) return best;
+    const mine = record.matrix, other = from.matrix;
+    if (mine && other && other[row] && record.view.src_words.join(" ") === from.view.src_words.join(" ")) {
+      let nearest = Infinity;
+      mine.forEach((weights, i) => {
+        const distance = weights.reduce((sum, value, j) => sum + Math.abs(value - (other[row][j] || 0)), 0);
+        if (distance < nearest) { nearest = distance; best = i; }
+      });
+      if (best >= 0) return best;
+    }
+    return Math.min(words.length - 1, Math.round(target * (words.length - 1)));
   }
 
   function shade(record, row, own) {
@@ -266,9 +284,9 @@
   function pick(event, record) {
     const target = event.target.closest(".out-word");
     if (!target) return;
-    const row = Number(target.dataset.row), word = target.textContent;
+    const row = Number(target.dataset.row);
     for (const other of state.panels.values()) {
-      shade(other, other === record ? row : rowFor(other, word, row, record.view.out_words.length), other === record);
+      shade(other, other === record ? row : rowFor(other, record, row), other === record);
     }
   }
 
