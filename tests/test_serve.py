@@ -514,3 +514,31 @@ def test_tab_and_arrow_keys_move_the_linked_word_to_the_nearest_equal_one(server
     browser.press("ArrowLeft")
     assert browser.evaluate("document.activeElement.dataset.row") == str(min(len(mine), 8) - 2)
     assert not browser.errors()
+
+
+def test_a_models_queue_is_bounded_and_abandoned_jobs_never_start():
+    """Issue 63, item 9: after ten abandoned 64-step saliency requests the next one waited for all
+    of them. A waiting job whose client left is cancelled before it starts, and at most
+    MAX_WAITING jobs wait per model (then 503)."""
+    from attnmt.serve.jobs import BUSY, MAX_WAITING, ClientGone, ModelWorkers, watching
+
+    workers = ModelWorkers(["m"])
+    release, started, ran = threading.Event(), threading.Event(), []
+    blocker = threading.Thread(target=workers.run, args=("m", lambda: (started.set(), release.wait(10))))
+    blocker.start()
+    assert started.wait(10)
+    with watching(lambda: True), pytest.raises(ClientGone):
+        workers.run("m", lambda: ran.append("abandoned"), priority=1)
+    waiting = [threading.Thread(target=workers.run, args=("m", lambda: ran.append("kept"))) for _ in range(MAX_WAITING)]
+    for thread in waiting:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while workers._queues["m"].qsize() < MAX_WAITING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(RuntimeError, match=BUSY.split(";")[0]):
+        workers.run("m", lambda: ran.append("one too many"))
+    release.set()
+    for thread in [blocker, *waiting]:
+        thread.join(10)
+    assert ran == ["kept"] * MAX_WAITING  # the abandoned job and the refused one never ran
+    assert workers.stop()

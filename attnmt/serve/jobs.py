@@ -11,7 +11,10 @@ saliency 0.24 s, not blocked. So each model gets a worker thread with one PyTorc
 two cores serve two models at once; ``benchmarks/serve.py`` measures the server as it is.
 
 A model's jobs run one at a time, a translation (priority 0) before saliency, gold links or an
-export (priority 1) queued earlier that has not started. ``InlineJobs`` runs a job in the caller's
+export (priority 1) queued earlier that has not started. At most ``MAX_WAITING`` jobs wait per
+model (more are refused: ``BUSY``), and a waiting job whose client has gone (``watching``: the
+HTTP handler says how to tell) is cancelled before it starts, so abandoned requests do not hold
+up the next one. ``InlineJobs`` runs a job in the caller's
 thread instead (the views called directly: tests, notebooks).
 """
 
@@ -20,16 +23,37 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from typing import TypeVar
 
 import torch
 
-__all__ = ["InlineJobs", "ModelWorkers"]
+__all__ = ["BUSY", "MAX_WAITING", "ClientGone", "InlineJobs", "ModelWorkers", "watching"]
 
 T = TypeVar("T")
 STOPPING = "attnmt serve is stopping"
+BUSY = "this model has too many requests waiting; try again in a moment"
+MAX_WAITING = 8
+_client = threading.local()  # .gone: what tells the request thread's client has left (see watching)
+
+
+@contextmanager
+def watching(gone: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, jobs this thread queues are cancelled while they wait once ``gone()``
+    says the client has left."""
+    previous = getattr(_client, "gone", None)
+    _client.gone = gone
+    try:
+        yield
+    finally:
+        _client.gone = previous
+
+
+class ClientGone(ConnectionError):
+    """The client left while its job waited: the job was cancelled before it started."""
 
 
 class InlineJobs:
@@ -49,20 +73,40 @@ class ModelWorkers:
         self._queues: dict[str, queue.PriorityQueue] = {name: queue.PriorityQueue() for name in names}
         self._order = itertools.count()
         self._stopped = threading.Event()
-        self._threads = [threading.Thread(target=self._work, args=(jobs,), name=f"attnmt-serve-{name}", daemon=True)
-                         for name, jobs in self._queues.items()]
+        self._waiting = dict.fromkeys(names, 0)  # jobs queued, not started and not cancelled
+        self._count = threading.Lock()
+        self._threads = [threading.Thread(target=self._work, args=(name, jobs), name=f"attnmt-serve-{name}",
+                                          daemon=True) for name, jobs in self._queues.items()]
         for thread in self._threads:
             thread.start()
 
     def run(self, model: str, job: Callable[[], T], priority: int = 0) -> T:
-        """Queue ``job`` on ``model``'s worker and wait for its result (or its exception)."""
+        """Queue ``job`` on ``model``'s worker and wait for its result (or its exception);
+        RuntimeError(BUSY) when ``MAX_WAITING`` jobs already wait there, ClientGone when the
+        client left before the job started (module docstring)."""
         if self._stopped.is_set():
             raise RuntimeError(STOPPING)
+        with self._count:
+            if self._waiting[model] >= MAX_WAITING:
+                raise RuntimeError(BUSY)
+            self._waiting[model] += 1
         done: Future = Future()
         self._queues[model].put((priority, next(self._order), job, done))
-        return done.result()
+        gone = getattr(_client, "gone", None)
+        while True:
+            try:
+                return done.result(timeout=None if gone is None else 0.25)
+            except FutureTimeout:
+                if gone is not None and gone() and done.cancel():
+                    self._left(model)
+                    raise ClientGone("the client left before its job started") from None
 
-    def _work(self, jobs: queue.PriorityQueue) -> None:
+    def _left(self, model: str) -> None:
+        """A job of ``model`` stopped waiting: it started, or was cancelled."""
+        with self._count:
+            self._waiting[model] -= 1
+
+    def _work(self, model: str, jobs: queue.PriorityQueue) -> None:
         torch.set_num_threads(1)  # this thread's own: no OpenMP team to share (module docstring)
         while True:
             _, _, job, done = jobs.get()
@@ -70,6 +114,7 @@ class ModelWorkers:
                 return
             if not done.set_running_or_notify_cancel():
                 continue
+            self._left(model)
             try:
                 done.set_result(job())
             except BaseException as error:  # noqa: BLE001 - handed to the request that asked for it

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import select
 import socket
 import sys
 import threading
@@ -43,6 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
+from attnmt.serve.jobs import watching
 from attnmt.serve.views import RequestError, Views
 
 __all__ = ["MAX_BODY", "AttnmtServer", "make_server", "serve_in_thread"]
@@ -218,6 +220,15 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- methods
 
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection while its request waits (it has nothing left to
+        send, so a readable socket that reads nothing has been closed)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def _request_path(self) -> str:
         """The path asked for, without its query; "" for one the request line wrote otherwise than
         the page does (``//api/models``, which http.server would quietly read as ``/api/models``)."""
@@ -249,12 +260,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True  # its body is not read
                 raise RequestError(404, "no such request")
             payload = self._body()
-            if path == "/api/export":
-                text = self.server.views.export(payload)
-                self._send(HTTPStatus.OK, text.encode("utf-8"), "application/x-ndjson; charset=utf-8",
-                           {"Content-Disposition": 'attachment; filename="attnmt-attention.jsonl"'})
-                return
-            self._json(HTTPStatus.OK, getattr(self.server.views, POSTS[path])(payload))
+            with watching(self._client_gone):
+                if path == "/api/export":
+                    text = self.server.views.export(payload)
+                    self._send(HTTPStatus.OK, text.encode("utf-8"), "application/x-ndjson; charset=utf-8",
+                               {"Content-Disposition": 'attachment; filename="attnmt-attention.jsonl"'})
+                    return
+                answer = getattr(self.server.views, POSTS[path])(payload)
+            self._json(HTTPStatus.OK, answer)
         except RequestError as error:
             self._error(error.status, str(error))
         except (ConnectionError, TimeoutError):

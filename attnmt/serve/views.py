@@ -36,7 +36,7 @@ from attnmt.evaluation.agreement import translation_agreement
 from attnmt.evaluation.faithfulness import RANDOM, faithfulness, source_words
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.choices import SALIENCY_METHODS
-from attnmt.serve.jobs import InlineJobs, ModelWorkers
+from attnmt.serve.jobs import BUSY, STOPPING, InlineJobs, ModelWorkers
 from attnmt.serve.models import ServedModel
 from attnmt.visual.export import attention_lines, attention_records
 
@@ -168,7 +168,7 @@ class Views:
         except AttnmtError as error:
             raise RequestError(400, f"model {served.name!r}: {error}") from None
         except RuntimeError as error:
-            if "serve is stopping" in str(error):
+            if str(error) in (STOPPING, BUSY):
                 raise RequestError(503, str(error)) from None
             raise
 
