@@ -253,3 +253,18 @@ def test_compare_adds_the_agreement_of_each_run_and_reuses_it(finished, config_p
     monkeypatch.setattr(attnmt.evaluation.agreement, "corpus_agreement", not_again)
     assert cli_main(arguments) == 0  # every run's agreement is read back from its folder
     assert json.loads((out / "summary.json").read_text())["runs"] == summary["runs"]
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]", '{"perplexity": "x", "bleu": 1, "chrf": 2}'])
+def test_a_damaged_score_file_is_evaluated_again_not_a_traceback(finished, config_path, tmp_path, damage):
+    """Issue 63, item 8: compare reused eval-*.json as it found it and ended in a traceback when it
+    was damaged; the run is evaluated again and the comparison gives the same numbers."""
+    out = tmp_path / "results"
+    shutil.copytree(finished[0], out)
+    damaged = eval_json_path(run_folder(out, "dot", 1), "made_up", 1)
+    damaged.write_text(damage, encoding="utf-8")
+    log: list[str] = []
+    again = {(o.mechanism, o.seed): o for o in compare(config_path, out, log).outcomes}
+    assert again[("dot", 1)].status == "evaluated" and any("is damaged; evaluating" in line for line in log)
+    reference = {(o.mechanism, o.seed): o for o in finished[1].outcomes}
+    assert again[("dot", 1)].bleu == reference[("dot", 1)].bleu

@@ -148,3 +148,15 @@ def test_words_name_where_a_value_came_from(attnmt, tiny_run, tmp_path):
     line = done.stderr.strip().splitlines()[-1]  # after the line that says where the model runs
     assert done.returncode == 2 and "--beam" not in line
     assert "the run's search.beam 1000000: at most the target vocabulary size" in line
+
+
+def test_a_loop_of_links_and_a_file_where_a_folder_should_be_are_one_line(attnmt, tmp_path):
+    """Issue 63, item 8: ``curves`` on a loop of symbolic links and ``demo --out FILE/d`` ended in
+    tracebacks (pathlib's RuntimeError, NotADirectoryError)."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    line = one_line_error(attnmt("curves", str(loop), "--out", str(tmp_path / "c.png")))
+    assert line.startswith("attnmt curves: error:") and str(loop) in line
+    (tmp_path / "FILE").write_text("x")
+    line = one_line_error(attnmt("demo", "--out", str(tmp_path / "FILE" / "d")))
+    assert line == f"attnmt demo: error: --out {tmp_path / 'FILE' / 'd'}: cannot make the folder (Not a directory)"

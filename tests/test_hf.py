@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,3 +206,17 @@ def test_serve_shows_a_hf_model_with_every_layer_and_head(hf_model):
     assert views.models_page()["models"][0]["kind"] == "hf"
     with pytest.raises(RequestError, match="cannot decode from a prefix"):
         views.prefix({"sentence": SOURCES[0], "model": view["model"], "prefix": "a"})
+
+
+def test_a_damaged_weights_file_is_one_line(hf_model, tmp_path, capsys):
+    """Issue 63, item 8: a truncated weights file ended in a traceback from safetensors."""
+    import shutil
+
+    from attnmt.cli import main as cli_main
+
+    copy = Path(shutil.copytree(hf_model, tmp_path / "damaged"))
+    weights = next(p for p in copy.iterdir() if p.suffix in (".safetensors", ".bin"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    assert cli_main(["translate", "--hf", str(copy), "Ein Hund."]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("attnmt translate: error: --hf ") and "could not load" in error

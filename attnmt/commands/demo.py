@@ -43,7 +43,10 @@ def _claim(folder: Path) -> None:
         raise ConfigError(f"--out {folder}: exists and is not a folder")
     if folder.is_dir() and any(folder.iterdir()) and not (folder / MARKER).is_file():
         raise ConfigError(f"--out {folder}: the folder holds files the demo did not write; give another --out")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file where a folder should be, a read-only place
+        raise ConfigError(f"--out {folder}: cannot make the folder ({error.strerror or error})") from None
     (folder / MARKER).write_text("written by attnmt demo, which may replace the files in this folder\n",
                                  encoding="utf-8")
 

@@ -113,7 +113,8 @@ class HFTranslator(BaseTranslator):
             tokenizer = transformers.AutoTokenizer.from_pretrained(name, trust_remote_code=False)
             model = transformers.AutoModelForSeq2SeqLM.from_pretrained(name, attn_implementation="eager",
                                                                        trust_remote_code=False)
-        except (OSError, ValueError, KeyError) as error:
+        except Exception as error:  # noqa: BLE001 - a damaged folder fails inside transformers or safetensors in
+            # many ways (OSError, a SafetensorError, an UnpicklingError, a RuntimeError of torch): each is one line
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConfigError(f"hf={name}: could not load a sequence-to-sequence model and its tokenizer "
                               f"({first[:300]})") from None

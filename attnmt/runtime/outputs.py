@@ -31,6 +31,15 @@ def is_run_folder(folder: Path) -> bool:
         (folder / "config.yaml").is_file() and (folder / "metrics.jsonl").is_file())
 
 
+def resolved(path: Path) -> Path:
+    """``path.resolve()``, or the absolute path where it cannot be resolved (a loop of symbolic
+    links, which Python 3.11 reports as a RuntimeError): the reading then names the problem."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
@@ -40,7 +49,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def run_owning(path: Path) -> Path | None:
     """The run folder ``path`` is a file of (one of ``RUN_OWN_FILES``, or in its ``examples/``), or None."""
-    for candidate in {path.absolute(), path.resolve()}:
+    for candidate in {path.absolute(), resolved(path)}:
         folder = candidate.parent
         if is_run_folder(folder) and any(fnmatch.fnmatch(candidate.name, name) for name in RUN_OWN_FILES):
             return folder
@@ -73,11 +82,11 @@ def check_output(
         if source is None:
             continue
         source = Path(source)
-        if _same_file(target, source) or target.resolve() == source.resolve():
+        if _same_file(target, source) or resolved(target) == resolved(source):
             raise ConfigError(f"{option} {target} is also an input of this command ({source}); "
                               "write the output to another file")
         if (source.is_dir() and not is_run_folder(source) and target.exists()
-                and target.resolve().parent == source.resolve()):
+                and resolved(target).parent == resolved(source)):
             raise ConfigError(f"{option} {target} is a file of {source}, an input of this command; "
                               "write the output to another file")
     run = run_owning(target)

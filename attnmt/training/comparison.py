@@ -59,6 +59,7 @@ from attnmt.runs.folder import METRICS as METRICS_FILE
 from attnmt.runs.run_config import RunConfig, load_config
 from attnmt.runtime.atomic_files import write_bytes_atomic, write_text_atomic
 from attnmt.runtime.device import describe, enable_tf32, resolve_device
+from attnmt.runtime.reading import DataTooLarge, read_text_bounded
 from attnmt.runtime.tables import format_table
 from attnmt.training.trainer import Trainer, ValidationHook
 
@@ -288,6 +289,22 @@ def _stop_reason(run_dir: Path) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
+def _readable_report(path: Path) -> dict[str, Any] | None:
+    """The scores an earlier evaluation wrote, or None when the file is damaged (not JSON, not a
+    mapping, a metric that is not a finite number): the run is then evaluated again."""
+    try:
+        report = json.loads(read_text_bounded(path))
+    except (OSError, ValueError, DataTooLarge):
+        return None
+    if not isinstance(report, dict):
+        return None
+    for metric in METRICS:
+        value = report.get(metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+    return report
+
+
 def _check_limit_kept(run_dir: Path, requested: RunConfig) -> None:
     """ConfigError when a finished run was stopped by a limit the comparison now sets otherwise
     (it would be scored as if trained to the new limit)."""
@@ -319,11 +336,15 @@ def _complete_run(run_dir: Path, requested, split: str, beam: int, log: Callable
     if finished:
         _check_limit_kept(run_dir, requested)
     if finished and report_path.is_file():
-        return "reused", json.loads(report_path.read_text(encoding="utf-8"))
-    if finished:
+        report = _readable_report(report_path)
+        if report is not None:
+            return "reused", report
+        log(f"{report_path} is damaged; evaluating {run_dir} again")
+        status = "evaluated"
+    elif finished:
         status = "evaluated"
         log(f"training finished earlier, evaluating {run_dir}")
-    else:
+    if not finished:
         # A folder without last.pt was stopped before its first checkpoint: Trainer(resume=True)
         # starts it again, as a new run.
         status = "resumed" if (run_dir / LAST).is_file() else "trained"
