@@ -1,5 +1,5 @@
 """attnmt beside JoeyNMT 2.3 on one GPU: the table of docs/results.md ("On one GPU"), from the files
-that ``benchmarks/gpu_peer_session.sh`` brought back (kept in ``benchmarks/results/gpu/lease-2``).
+that ``benchmarks/gpu_peer_session.sh`` brought back (kept in ``benchmarks/results/gpu/race_joeynmt``).
 
 Per model kind (RNN, Transformer):
 
@@ -33,7 +33,7 @@ from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
 PROJECT = Path(__file__).resolve().parents[3]
-LEASE = PROJECT / "benchmarks" / "results" / "gpu" / "lease-2"
+RACE = PROJECT / "benchmarks" / "results" / "gpu" / "race_joeynmt"
 KINDS = {"rnn": ("configs/multi30k_rnn_gpu.yaml", "rnn"),  # config, the run trained side by side
          "transformer": ("configs/multi30k_transformer_gpu.yaml", "transformer-drop")}
 
@@ -49,7 +49,7 @@ def parameters(config_path: str) -> int:
 
 
 def attnmt_speed(kind: str) -> dict:
-    trains = [r for r in read_jsonl(LEASE / f"attnmt-speed-{kind}-metrics.jsonl") if r["type"] == "train"]
+    trains = [r for r in read_jsonl(RACE / f"attnmt-speed-{kind}-metrics.jsonl") if r["type"] == "train"]
     return {"tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in trains),
             "tokens_per_s_first": trains[0]["tokens_per_s"], "log_windows": len(trains),
             "precision": trains[0]["precision"]}
@@ -57,7 +57,7 @@ def attnmt_speed(kind: str) -> dict:
 
 def attnmt_training(run: str) -> dict:
     """From metrics.jsonl: the last validation marked best, and the minutes trained."""
-    records = read_jsonl(LEASE / f"attnmt-{run}-metrics.jsonl")
+    records = read_jsonl(RACE / f"attnmt-{run}-metrics.jsonl")
     evaluations = [r for r in records if r["type"] in ("epoch", "valid") and "val_ppl" in r]
     best = [r for r in evaluations if r.get("best")][-1]
     trains = [r for r in records if r["type"] == "train"]
@@ -69,8 +69,8 @@ def attnmt_training(run: str) -> dict:
 
 
 def attnmt_scores(kind: str, run: str) -> dict:
-    sweep = json.loads((LEASE / f"attnmt-alpha-{kind}-valid.json").read_text())
-    [tested] = json.loads((LEASE / f"attnmt-chosen-{kind}-test_2016_flickr.json").read_text())["runs"]
+    sweep = json.loads((RACE / f"attnmt-alpha-{kind}-valid.json").read_text())
+    [tested] = json.loads((RACE / f"attnmt-chosen-{kind}-test_2016_flickr.json").read_text())["runs"]
     [test] = tested["by_alpha"]
     [of_run] = [r for r in sweep["runs"] if r["run"].endswith("/" + run)]
     [valid] = [a for a in of_run["by_alpha"] if a["alpha"] == test["alpha"]]
@@ -83,7 +83,7 @@ def joey_scores(kind: str, data: Path) -> dict:
     for split, name in (("val", "val"), ("test_2016_flickr", "test")):
         with gzip.open(data / f"{split}.en.gz", "rt", encoding="utf-8") as handle:
             references = handle.read().splitlines()
-        hypotheses = (LEASE / f"joey-{kind}-hyps.{split}.txt").read_text(encoding="utf-8").splitlines()
+        hypotheses = (RACE / f"joey-{kind}-hyps.{split}.txt").read_text(encoding="utf-8").splitlines()
         if len(hypotheses) != len(references):
             raise SystemExit(f"joey-{kind}-hyps.{split}.txt: {len(hypotheses)} lines, {len(references)} references")
         scores[f"{name}_bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
@@ -98,12 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=data_dir / "multi30k",
                         help="the Multi30k .gz files, for the references (default $ATTNMT_DATA_DIR/multi30k)")
     args = parser.parse_args(argv)
-    machine = json.loads((LEASE / "decode.json").read_text())["machine"]
+    machine = json.loads((RACE / "decode.json").read_text())["machine"]
     result: dict = {"machine": machine, "kinds": {}}
     speed_rows, training_rows = [], []
     for kind, (config, run) in KINDS.items():
-        joey_speed = json.loads((LEASE / f"joey-speed-{kind}.json").read_text())
-        joey_train = json.loads((LEASE / f"joey-train-{kind}.json").read_text())
+        joey_speed = json.loads((RACE / f"joey-speed-{kind}.json").read_text())
+        joey_train = json.loads((RACE / f"joey-train-{kind}.json").read_text())
         ours = attnmt_speed(kind)
         theirs = {key: joey_speed[key] for key in ("tokens_per_s_median", "tokens_per_s_first", "log_windows",
                                                    "parameters")}
