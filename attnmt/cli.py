@@ -21,7 +21,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
@@ -95,6 +95,12 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """As argparse's, but a failed write (--help or --version onto a full disk) is not swallowed:
+        ``main`` says it in one line instead of ending with status 0 and no output."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -204,16 +210,55 @@ def _undecodable_argument(arguments: list[str]) -> str | None:
     return None
 
 
-def _stdout_failed(command: str, error: OSError) -> int:
+def _stdout_failed(command: str | None, error: OSError) -> int:
     """The output could not be written (a full disk, ``> /dev/full``, an I/O error): one line, exit 2;
     stdout is pointed at /dev/null so that Python's own flush at exit does not fail again."""
-    print(f"attnmt {command}: error: cannot write the output ({error.strerror or error})", file=sys.stderr)
+    print(f"attnmt{' ' + command if command else ''}: error: cannot write the output ({error.strerror or error})",
+          file=sys.stderr)
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
     return 2
+
+
+def _flushed(command: str | None) -> int:
+    """0 once standard output is flushed, or the status of ``_stdout_failed`` where it cannot be."""
+    try:
+        sys.stdout.flush()
+    except OSError as error:
+        if error.errno not in STDOUT_ERRORS:
+            raise
+        return _stdout_failed(command, error)
+    return 0
+
+
+def _parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Any, int]:
+    """``(parse_known_args(argv), 0)``, or ``(None, status)`` when --help or --version could not be
+    written (a full disk): argparse prints them and exits inside the parsing."""
+    try:
+        return parser.parse_known_args(argv), 0
+    except OSError as error:
+        if argv is not None or error.errno not in STDOUT_ERRORS:
+            raise
+        return None, _stdout_failed(None, error)
+    except SystemExit:
+        status = 0 if argv is not None else _flushed(None)
+        if status:
+            return None, status
+        raise
+
+
+def _help(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """``attnmt`` alone: the help, or one line where it cannot be written."""
+    try:
+        parser.print_help()
+    except OSError as error:
+        if argv is not None or error.errno not in STDOUT_ERRORS:
+            raise
+        return _stdout_failed(None, error)
+    return _flushed(None) if argv is None else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,15 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     # Options may come before, between or after a command's list of sentences or runs (``attnmt
     # translate RUN --beam 5 "Ein Hund."``): argparse leaves the items after an option over, and
     # they join the rest.
-    args, extra = parser.parse_known_args(argv)
+    parsed, failed = _parsed(parser, argv)
+    if parsed is None:
+        return failed
+    args, extra = parsed
     if extra:
         trailing = next((name for name in ("sentences", "runs") if isinstance(getattr(args, name, None), list)), None)
         if trailing is None or any(item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         getattr(args, trailing).extend(extra)
     if getattr(args, "run", None) is None:
-        parser.print_help()
-        return 0
+        return _help(parser, argv)
     show_warnings_in_one_line(args.command)
     if argv is None and args.command in KEEP_FREED_MEMORY:  # attnmt is the process
         keep_freed_memory()

@@ -36,6 +36,13 @@
    run without --trust-run-code, nothing be written outside the case's folder, and a misbehaving
    mechanism never ends with status 0 (check: 1, a failing property).
 
+9. What a new user's probe found (``fault_data/probe.py``): requests against a real ``attnmt
+   serve`` (smuggled, pipelined, odd JSON and paths, hang-ups, SIGINT during work), special files
+   (FIFOs, devices, links to /dev/zero) where a config is read or an output written, YAML alias
+   bombs, deep nesting, long numbers and files of megabytes in three places, and standard output on
+   a full disk. ``--only`` runs some categories and puts their rows into the existing JSON, which
+   then says which commit measured each category.
+
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
 "unreadable checkpoint", "different result", "partial file left" (a temporary file a killed write
 left that the resumed run did not remove, or a command left), "lost" (an output neither its old nor
@@ -45,7 +52,9 @@ input was changed); "different result" also counts a misbehaving mechanism that 
 0 and a damaged checkpoint that translates into nothing but unknown pieces. The table and
 ``benchmarks/results/faults/faults.json`` count them.
 
-    python benchmarks/faults.py                 # writes benchmarks/results/faults/faults.json (about 20 minutes)
+    python benchmarks/faults.py                 # writes benchmarks/results/faults/faults.json (about 25 minutes)
+    python benchmarks/faults.py --only "serve over HTTP" "special files" "bombs and oversized configs" \
+        "standard output on a full disk"        # the probe's kinds alone, merged into the JSON
     python benchmarks/faults.py --kills 5 --disk 8 --fuzz 50 --hostile 16 --onto 22 --numbers 40 \\
         --formats 15 --signals 5 --configs 40 --checkpoints 60 --mechanisms 40    # a quick look
 """
@@ -94,6 +103,7 @@ from fault_data.cases import (
     signals,
     structured_formats,
 )
+from fault_data.probe import bombs, serve_http, special_files, special_unchanged, stdout_full
 from fault_data.untrusted import edited_checkpoints, edited_configs, misbehaving_mechanisms
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -107,6 +117,8 @@ def save_yaml(folder: Path, config: dict, name: str) -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     return path
+
+
 ENV = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
 
 
@@ -614,7 +626,8 @@ def recorded_cases(categories: dict[str, list[dict]]) -> dict:
     return recorded
 
 
-GENERATED = ("fuzzed input", "hostile files", "outputs onto inputs", "odd numbers", "structured formats",
+GENERATED = ("serve over HTTP", "special files", "bombs and oversized configs", "standard output on a full disk",
+             "fuzzed input", "hostile files", "outputs onto inputs", "odd numbers", "structured formats",
              "edited run configs", "edited checkpoints", "misbehaving mechanisms")
 
 
@@ -664,6 +677,93 @@ def run_cases(cases, folder: Path) -> list[dict]:
     return results
 
 
+OUTCOMES = ["correct", "clear error", "traceback", "unreadable checkpoint", "different result", "partial file left",
+            "lost", "hang", "ran code", "user file changed"]
+
+
+def summary_rows(categories: dict[str, list[dict]]) -> list[dict]:
+    """A row of counts per category (every outcome of OUTCOMES, and "other"), printed as a table."""
+    rows = []
+    for name, cases in categories.items():
+        counts = [sum(case["outcome"] == outcome for case in cases) for outcome in OUTCOMES]
+        rows.append([name, len(cases), *counts, len(cases) - sum(counts)])
+    print()
+    print(format_table(["category", "cases", *OUTCOMES, "other"], rows))
+    return [dict(zip(["category", "cases", *OUTCOMES, "other"], row)) for row in rows]
+
+
+def main_only(args) -> None:
+    """``--only``: the probe's categories named, their rows put into the existing JSON."""
+    rng = random.Random(args.seed)
+    torch.set_num_threads(1)
+    begun = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="attnmt-faults-") as temporary:
+        folder = Path(temporary)
+        os.environ[TRUST_FILE_VARIABLE] = ENV[TRUST_FILE_VARIABLE] = str(folder / "trusted-code.txt")
+        config = save_yaml(folder, tiny_run_config(folder, train_pairs=300, max_epochs=3, max_steps=45,
+                                               checkpoint_every=3, examples=0), "config.yaml")
+        subprocess.run(train_command(config, folder / "reference"), env=ENV, check=True, capture_output=True)
+        categories = probe(args, rng, folder, folder / "reference", config)
+    rows = summary_rows(categories)
+    record = json.loads(args.output.read_text(encoding="utf-8")) if args.output.is_file() else {"summary": [],
+                                                                                                   "cases": {}}
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True).stdout.strip()
+    record["summary"] = [row for row in record["summary"] if row["category"] not in categories] + rows
+    record["cases"].update(recorded_cases(categories))
+    record.setdefault("measured_by_only", {}).update(
+        {name: {"commit": commit, "seconds": round(time.monotonic() - begun), "seed": args.seed,
+                "command": "python benchmarks/faults.py --only " + " ".join(f'"{n}"' for n in categories)}
+         for name in categories})
+    for option in ("http", "special", "bombs", "stdout"):
+        record[option] = getattr(args, option)
+    record["cases_in_all"] = sum(row["cases"] for row in record["summary"])
+    write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")
+    print(f"\nwrote {args.output}")
+
+
+def run_probe_cases(cases, folder: Path) -> list[dict]:
+    """``run_cases`` for the probe's special files and bombs: also a special file replaced by a
+    regular one (``--overwrite`` onto /dev/null) counts as a user's file changed."""
+    results = []
+    for family, argv, stdin, inputs, marker, expect in cases:
+        code, out, err = run_cli(argv, stdin, limit=60)
+        outcome = classify(code, err, inputs, {}, marker, [], expect, out)
+        if "special" in expect and not special_unchanged(expect):
+            outcome = "user file changed"
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        results.append({"family": family, "argv": [a.replace(str(folder), "$RUNS")[:80] for a in argv],
+                        "outcome": outcome, "message": last.replace(str(folder), "$RUNS")[:300]})
+        if outcome not in ("correct", "clear error"):
+            print(f"  {family}: {outcome}: {' '.join(argv)[:150]} -> {last[:200]}", flush=True)
+        shutil.rmtree(expect["case"], ignore_errors=True)
+    return results
+
+
+PROBE = ("serve over HTTP", "special files", "bombs and oversized configs", "standard output on a full disk")
+
+
+def probe(args, rng: random.Random, folder: Path, reference: Path, config: Path) -> dict[str, list[dict]]:
+    """The categories of what a new user's probe found (``fault_data/probe.py``), as ``--only`` asks."""
+    wanted = set(args.only or PROBE)
+    data = {name: folder / name for name in ("valid.de", "valid.en")}
+    categories: dict[str, list[dict]] = {}
+    if "serve over HTTP" in wanted:
+        print(f"serve over HTTP: {args.http} requests", flush=True)
+        categories["serve over HTTP"] = list(serve_http(rng, args.http, reference, ENV))
+    if "special files" in wanted:
+        print(f"special files: {args.special} cases", flush=True)
+        categories["special files"] = run_probe_cases(
+            special_files(rng, args.special, folder, reference, config, data), folder)
+    if "bombs and oversized configs" in wanted:
+        print(f"bombs and oversized configs: {args.bombs} cases", flush=True)
+        categories["bombs and oversized configs"] = run_probe_cases(bombs(rng, args.bombs, folder, reference, config),
+                                                                    folder)
+    if "standard output on a full disk" in wanted:
+        print(f"standard output on a full disk: {args.stdout} cases", flush=True)
+        categories["standard output on a full disk"] = list(stdout_full(rng, args.stdout, reference, ENV))
+    return categories
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20, help="random SIGKILL moments (default 20)")
@@ -679,9 +779,18 @@ def main() -> None:
                         help="checkpoints edited at one entry, code records included (default 500)")
     parser.add_argument("--mechanisms", type=int, default=240,
                         help="misbehaving user mechanisms in check, train, compare and loading (default 240)")
+    parser.add_argument("--http", type=int, default=600, help="requests against a real attnmt serve (default 600)")
+    parser.add_argument("--special", type=int, default=200, help="special files read or written (default 200)")
+    parser.add_argument("--bombs", type=int, default=240, help="alias bombs and oversized configs (default 240)")
+    parser.add_argument("--stdout", type=int, default=40, help="commands writing to /dev/full (default 40)")
+    parser.add_argument("--only", nargs="+", choices=PROBE, default=None, metavar="CATEGORY",
+                        help=f"run only these of the probe's categories ({'; '.join(PROBE)}) and merge their rows "
+                             "into the existing JSON")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.only:
+        return main_only(args)
     rng = random.Random(args.seed)
     torch.set_num_threads(1)
     begun = time.monotonic()
@@ -690,7 +799,7 @@ def main() -> None:
         # The code a user trained with is listed in a file of the benchmark's own, never the user's.
         os.environ[TRUST_FILE_VARIABLE] = ENV[TRUST_FILE_VARIABLE] = str(folder / "trusted-code.txt")
         config = save_yaml(folder, tiny_run_config(folder, train_pairs=300, max_epochs=3, max_steps=45,
-                                               checkpoint_every=3, examples=0))
+                                               checkpoint_every=3, examples=0), "config.yaml")
         started = time.monotonic()
         subprocess.run(train_command(config, folder / "reference"), env=ENV, check=True, capture_output=True)
         seconds = time.monotonic() - started
@@ -732,30 +841,22 @@ def main() -> None:
         print(f"misbehaving mechanisms: {args.mechanisms} cases", flush=True)
         categories["misbehaving mechanisms"] = run_cases(
             misbehaving_mechanisms(rng, args.mechanisms, folder, user_run, configs), folder)
+        categories.update(probe(args, rng, folder, reference, config))
         if read_only_mounts_work():
             print("read-only folders", flush=True)
             categories["read-only folders"] = list(read_only_folders(folder, reference, config, data, ENV))
         else:
             print("read-only folders: skipped (needs unshare -m and the right to mount, as root)", flush=True)
 
-    outcomes = ["correct", "clear error", "traceback", "unreadable checkpoint", "different result",
-                "partial file left", "lost", "hang", "ran code", "user file changed"]
-    rows = []
-    for name, cases in categories.items():
-        counts = [sum(case["outcome"] == outcome for case in cases) for outcome in outcomes]
-        other = len(cases) - sum(counts)
-        rows.append([name, len(cases), *counts, other])
-    table = format_table(["category", "cases", *outcomes, "other"], rows)
-    print()
-    print(table)
+    rows = summary_rows(categories)
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
               "seconds": round(time.monotonic() - begun),
               "torch": torch.__version__, "kills": args.kills, "disk": args.disk, "fuzz": args.fuzz,
               "hostile": args.hostile, "onto": args.onto, "numbers": args.numbers, "formats": args.formats,
               "signals": args.signals, "configs": args.configs, "checkpoints": args.checkpoints,
               "mechanisms": args.mechanisms, "cases_in_all": sum(len(cases) for cases in categories.values()),
-              "seed": args.seed,
-              "summary": [dict(zip(["category", "cases", *outcomes, "other"], row)) for row in rows],
+              "http": args.http, "special": args.special, "bombs": args.bombs, "stdout": args.stdout,
+              "seed": args.seed, "summary": rows,
               "cases": recorded_cases(categories)}
     write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")
     print(f"\nwrote {args.output}")

@@ -286,7 +286,8 @@ def test_a_read_only_folder_is_one_line_before_any_work_and_no_traceback(tmp_pat
     assert list(folder.iterdir()) == []
 
 
-@pytest.mark.parametrize("arguments", [["recipes"], ["explore", "copy", "--samples", "2", "--dim", "4", "--keys", "3"]])
+@pytest.mark.parametrize("arguments", [["recipes"], ["explore", "copy", "--samples", "2", "--dim", "4", "--keys", "3"],
+                                       ["--version"], ["translate", "--help"], []])
 def test_a_full_disk_on_standard_output_is_one_line(arguments):
     """``attnmt recipes > /dev/full``: one line and exit 2, not a traceback at the interpreter's exit
     (issue 63, item 8)."""
