@@ -283,14 +283,15 @@ def trace_transformer(model: Any, src: torch.Tensor, src_mask: torch.Tensor, tgt
 def _alti_contributions(block: BlockTrace, self_attention: bool) -> torch.Tensor:
     """ALTI's c_ij of one block (module docstring): [B, Lq, Lk] for a self-attention block (the
     residual on the diagonal), [B, Lq, Lk + 1] for a cross-attention block (the residual last)."""
-    terms = torch.einsum("bhij,bhjd->bijd", block.weights, block.values)  # [B, Lq, Lk, d]
-    if self_attention:
-        terms = terms + torch.diag_embed(block.inputs.transpose(1, 2)).permute(0, 2, 3, 1)
+    weighted = torch.einsum("bhij,bhjd->bijd", block.weights, block.values)  # [B, Lq, Lk, d]
+    if self_attention:  # the residual z_i joins term j = i, in place (no [B, d, L, L] temporary)
+        terms = weighted
+        terms.diagonal(dim1=1, dim2=2).add_(block.inputs.transpose(1, 2))
     else:
-        terms = torch.cat([terms, block.inputs.unsqueeze(2)], dim=2)
+        terms = torch.cat([weighted, block.inputs.unsqueeze(2)], dim=2)
     total = terms.sum(dim=2, keepdim=True)  # ŷ_i: [B, Lq, 1, d]
     size = total.abs().sum(-1)  # ‖ŷ_i‖₁: [B, Lq, 1]
-    distance = (total - terms).abs().sum(-1)  # ‖ŷ_i − T_i(z_j)‖₁: [B, Lq, Lk(+1)]
+    distance = terms.sub_(total).abs_().sum(-1)  # ‖ŷ_i − T_i(z_j)‖₁: [B, Lq, Lk(+1)], in place
     raw = torch.clamp(size - distance, min=0.0)
     return raw / raw.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(raw.dtype).tiny)
 
