@@ -292,6 +292,11 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert browser.evaluate("document.querySelectorAll(\".panel[data-model='run'] .step-table .bar\").length") > 0
+    # the mechanism's equations as MathML the browser lays out itself, not a docstring
+    assert browser.evaluate("document.querySelector(\".panel[data-model='run'] .result .equation math\")"
+                            ".getBoundingClientRect().height") > 20
+    browser.hover(".panel[data-model='run'] .result .equation", scroll="center")
+    browser.screenshot(tmp_path / "step.png")  # kept in pytest's temporary folder of this session
     # An attribution made for attention, with this sentence's faithfulness, and a counterfactual.
     method = "document.querySelector(\".panel[data-model='run'] select[aria-label='saliency method']\")"
     assert "value_norm" in browser.evaluate(f"[...{method}.options].map(o => o.value).join(' ')")
@@ -542,3 +547,15 @@ def test_a_models_queue_is_bounded_and_abandoned_jobs_never_start():
         thread.join(10)
     assert ran == ["kept"] * MAX_WAITING  # the abandoned job and the refused one never ran
     assert workers.stop()
+
+
+def test_every_mechanism_that_can_be_stepped_through_has_its_equations_as_mathml():
+    import xml.etree.ElementTree as ElementTree
+
+    from attnmt.serve.equations import MATHML
+
+    assert set(MATHML) == {"dot", "general", "scaled_dot", "additive", "mean", "local-m", "local-p"}
+    for name, mathml in MATHML.items():
+        root = ElementTree.fromstring(mathml)  # well-formed, in the MathML namespace
+        assert root.tag == "{http://www.w3.org/1998/Math/MathML}math", name
+        assert "``" not in mathml

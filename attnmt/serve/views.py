@@ -36,6 +36,7 @@ from attnmt.evaluation.agreement import translation_agreement
 from attnmt.evaluation.faithfulness import RANDOM, faithfulness, source_words
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.choices import SALIENCY_METHODS
+from attnmt.serve.equations import equation_mathml
 from attnmt.serve.jobs import BUSY, STOPPING, InlineJobs, ModelWorkers
 from attnmt.serve.models import ServedModel
 from attnmt.visual.export import attention_lines, attention_records
@@ -356,7 +357,8 @@ class Views:
             return {
                 "model": served.name, "step": step, "output_piece": original.out_pieces[piece],
                 "src_pieces": list(original.src_pieces), "mechanism": type(attention).__name__,
-                "equation": (type(attention).__doc__ or "").strip(),
+                "equation": (type(attention).__doc__ or "").strip().replace("``", ""),
+                "equation_mathml": equation_mathml(str(getattr(translator.run_config.model, "attention", ""))),
                 "scores": None if record.scores is None else [round(float(v), 4) for v in record.scores.float()],
                 "weights": [round(float(v), 4) for v in record.weights.float()],
                 "context": [round(float(v), 4) for v in context[:16]], "context_size": int(context.numel()),

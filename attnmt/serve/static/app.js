@@ -378,6 +378,16 @@
     return node;
   }
 
+  // The mechanism's equations as MathML, which the browser renders itself (no script, no CDN); a
+  // user's mechanism has none, and its docstring is shown as text.
+  function equation(answer) {
+    if (!answer.equation_mathml) return el("pre", { class: "equation", text: answer.equation });
+    const parsed = new DOMParser().parseFromString(answer.equation_mathml, "application/xml").documentElement;
+    const box = el("div", { class: "equation", "aria-label": `${answer.mechanism} equations` });
+    box.append(document.importNode(parsed, true));
+    return box;
+  }
+
   async function stepThrough(record) {
     const focused = record.panel.querySelector(".out-word.current");
     const step = focused ? Number(focused.dataset.row) : 0;
@@ -394,7 +404,7 @@
       const box = record.result;
       box.hidden = false;
       box.replaceChildren(el("div", { class: "figure-title", text: `step ${step + 1}: output piece "${answer.output_piece}", ${answer.mechanism}` }),
-                          el("pre", { class: "equation", text: answer.equation }), table,
+                          equation(answer), table,
                           el("div", { class: "muted", text: `context c = Σ α_s v_s: ${answer.context_size} numbers, ‖c‖ = ${answer.context_norm}; first ${answer.context.length}: ${answer.context.join(", ")}` }));
     } catch (error) {
       record.result.hidden = false;
