@@ -23,7 +23,7 @@ recommends at 10–20%; the default is 15%. Each pair draws its noise from its o
 with ``seed`` (standard normal draws in float64, [S_pair, E] per copy), so its SmoothGrad is the
 same alone and in any batch. Integrated gradients
 (Sundararajan et al., 2017) run from the all-zero embedding to e, by the midpoint rule; they are
-complete, Σ_s a[t, s] ≈ f_t(e) − f_t(0), the error shrinking as m grows (docs/results.md,
+complete, Σ_s a[t, s] ≈ f_t(e) − f_t(0), the error shrinking as m grows (docs/experiments.md,
 "Integrated gradients' completeness", gives it on trained runs). Scores can be negative: a source
 token can make an output token less likely.
 
