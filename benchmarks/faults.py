@@ -697,6 +697,8 @@ def main_only(args) -> None:
     rng = random.Random(args.seed)
     torch.set_num_threads(1)
     begun = time.monotonic()
+    # the commit whose code runs: read now, not when the cases end (a commit made meanwhile is not it)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="attnmt-faults-") as temporary:
         folder = Path(temporary)
         os.environ[TRUST_FILE_VARIABLE] = ENV[TRUST_FILE_VARIABLE] = str(folder / "trusted-code.txt")
@@ -707,7 +709,6 @@ def main_only(args) -> None:
     rows = summary_rows(categories)
     record = json.loads(args.output.read_text(encoding="utf-8")) if args.output.is_file() else {"summary": [],
                                                                                                    "cases": {}}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True).stdout.strip()
     record["summary"] = [row for row in record["summary"] if row["category"] not in categories] + rows
     record["cases"].update(recorded_cases(categories))
     record.setdefault("measured_by_only", {}).update(
