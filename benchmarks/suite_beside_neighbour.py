@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnmt.runtime.atomic_files import write_text_atomic
+
 from common import portable
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -67,11 +69,11 @@ def main() -> int:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True,
                                 text=True).stdout.strip()
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
+        write_text_atomic(args.json, json.dumps({
             "command": portable(" ".join(["python", "benchmarks/suite_beside_neighbour.py", *sys.argv[1:]])),
             "commit": commit, "neighbour_period_s": args.period, "runs": rows,
             "passed_in_a_row": passed if passed == len(rows) else None,
-        }, indent=2) + "\n", encoding="utf-8")
+        }, indent=2) + "\n")
     return 0 if passed == args.runs else 1
 
 

@@ -259,11 +259,11 @@ def test_serve_refuses_a_port_in_use_in_one_line(runs, server, capsys):
 # -- in a real browser ------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, tmp_path):
-    url = f"http://127.0.0.1:{server.server_address[1]}/"
+def type_and_translate(browser, url: str) -> float:
+    """Open the page, type SENTENCE into its box, click Translate and wait until both panels show
+    their heatmaps, as a person does; returns the deadline the caller may go on waiting to."""
     browser.open(url)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
         time.sleep(0.05)
     browser.click("#sentence")
@@ -274,6 +274,14 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)  # each panel appears when its model has answered
     assert browser.evaluate(heatmaps) >= 2
+    return deadline
+
+
+@pytest.mark.slow
+def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, tmp_path):
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    deadline = type_and_translate(browser, url)
+    heatmaps = "document.querySelectorAll('.panel svg.heatmap').length"
     browser.hover(".panel[data-model='run'] .out-word[data-row='0']")
     shaded = browser.evaluate(
         "[...document.querySelectorAll('.panel')].map(p => [...p.querySelectorAll('.src-word')]"
@@ -486,17 +494,7 @@ def test_tab_and_arrow_keys_move_the_linked_word_to_the_nearest_equal_one(server
     """Issue 63, item 5: typed, clicked and moved with the keyboard as a person does. Tab reaches the
     first output word of the first panel; each arrow moves the focus one word on, and the other
     panel links the occurrence of that word nearest in relative position, not its first one."""
-    browser.open(f"http://127.0.0.1:{server.server_address[1]}/")
-    deadline = time.monotonic() + 30
-    while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    browser.click("#sentence")
-    browser.evaluate("document.getElementById('sentence').select()")
-    browser.type_text(SENTENCE)
-    browser.click("#translate")
-    panels = "document.querySelectorAll('.panel svg.heatmap').length"
-    while browser.evaluate(panels) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    type_and_translate(browser, f"http://127.0.0.1:{server.server_address[1]}/")
     first = ".panel[data-model='run'] .out-word"
     for _ in range(200):
         browser.press("Tab")

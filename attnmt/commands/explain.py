@@ -63,7 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnmt.errors import ConfigError
     from attnmt.evaluation.explain import DEFAULT_METHODS, check_methods, explain
-    from attnmt.models.attribution import not_applicable
     from attnmt.runtime.outputs import check_output
     from attnmt.visual.export import FORMATS
 
@@ -73,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     translator = load_translator(args)
     say("explain", translator.describe())
     if args.methods is None:
-        methods = [m for m in DEFAULT_METHODS if m == "attention" or not_applicable(translator.model, m) is None]
+        usable = translator.saliency_methods()
+        methods = [m for m in DEFAULT_METHODS if m == "attention" or m in usable]
     else:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         if not methods or len(set(methods)) != len(methods):

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading
-from attnmt.models.saliency import SaliencyOptions
+from attnmt.models.saliency import SaliencyOptions, usable_methods
 from attnmt.runs.run_config import SearchConfig
 
 __all__ = ["BaseTranslator", "Translation", "Translations", "source_texts"]
@@ -93,6 +93,12 @@ class BaseTranslator(ABC):
     def unk_id(self) -> int:
         """The id of an unknown piece."""
 
+    @property
+    @abstractmethod
+    def attributed_model(self) -> torch.nn.Module:
+        """The module saliency and the attributions read (``attnmt.models.saliency``): attnmt's own
+        model, or a Hugging Face model's read-out."""
+
     @abstractmethod
     def describe(self) -> str:
         """One line for stderr: the model, the device and the precision searches run on."""
@@ -146,6 +152,10 @@ class BaseTranslator(ABC):
         for index, matrix in self.saliency(sources, outputs, options, progress=progress):
             scores[index] = matrix
         return scores
+
+    def saliency_methods(self) -> list[str]:
+        """The methods of the saliency registry that can read this translator's model."""
+        return usable_methods(self.attributed_model)
 
     @property
     def search(self) -> SearchConfig:

@@ -234,6 +234,11 @@ class HFTranslator(BaseTranslator):
         return force_decode(self.readout, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
                             specials=self.specials, progress=progress)
 
+    @property
+    def attributed_model(self) -> torch.nn.Module:
+        """The read-out of the Hugging Face model (``HFReadout``): saliency and erasure read it."""
+        return self.readout
+
     def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
         """The source and output piece ids of ``translations`` under the model's tokenizer."""
         return ([self.tokenizer.convert_tokens_to_ids(t.src_pieces) for t in translations],

@@ -355,6 +355,11 @@ class Translator(BaseTranslator):
         return force_decode(self.model, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
                             progress=progress, before_batch=None if self.threads is None else self.threads.before)
 
+    @property
+    def attributed_model(self) -> torch.nn.Module:
+        """The run's model: saliency and the attributions read it."""
+        return self.model
+
     def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
         """The source and output piece ids of ``translations`` under the run's tokenizers."""
         src_tok, tgt_tok = self.tokenizers.src, self.tokenizers.tgt

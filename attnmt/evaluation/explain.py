@@ -24,15 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from attnmt.data.pieces import group_pieces
 from attnmt.data.special_tokens import BOS_ID
 from attnmt.decoding.base import BaseTranslator, Translation
 from attnmt.decoding.interventions import can_intervene
 from attnmt.evaluation.agreement import translation_agreement
 from attnmt.evaluation.counterfactual import Counterfactual, counterfactual_attention
-from attnmt.evaluation.faithfulness import RANDOM, Faithfulness, faithfulness, source_words
-from attnmt.models.attribution import not_applicable
-from attnmt.models.saliency import SALIENCY_METHODS, SaliencyOptions
+from attnmt.evaluation.faithfulness import RANDOM, Faithfulness, translation_faithfulness
+from attnmt.models.saliency import SaliencyOptions, why_not
 from attnmt.runtime.choices import EXPLAIN_DEFAULT_METHODS
 from attnmt.runtime.choices import EXPLAIN_METHODS as CHOICES_EXPLAIN
 
@@ -82,29 +80,20 @@ def check_methods(translator: BaseTranslator, methods: Sequence[str]) -> None:
     cannot read this translator's model."""
     from attnmt.errors import ConfigError
 
-    model = _model(translator)
-    usable = [ATTENTION, *(m for m in SALIENCY_METHODS if model is None or not_applicable(model, m) is None)]
+    usable = [ATTENTION, *translator.saliency_methods()]
     for method in methods:
         if method not in EXPLAIN_METHODS:
             raise ConfigError(f"--methods: unknown method {method!r:.40}. For this model use one of: "
                               f"{', '.join(usable)}")
-        reason = None if method == ATTENTION or model is None else not_applicable(model, method)
-        if model is None and method in ("value_norm", "alti", "rollout"):
-            reason = f"{method} reads attnmt's own models; this is a Hugging Face model"
+        reason = None if method == ATTENTION else why_not(translator.attributed_model, method)
         if reason is not None:
             raise ConfigError(f"--methods: {reason}. For this model use one of: {', '.join(usable)}")
-
-
-def _model(translator: BaseTranslator) -> Any:
-    """attnmt's own model behind the translator, or None (a Hugging Face model)."""
-    return getattr(translator, "model", None) if hasattr(translator, "tokenizers") else None
 
 
 def explain(translator: BaseTranslator, translations: Sequence[Translation], methods: Sequence[str], *,
             random_orders: int = 3, seed: int = 0, counterfactual: bool = True) -> list[Explanation]:
     """An Explanation for each of ``translations`` (made with ``return_attention=True``)."""
     check_methods(translator, methods)
-    sources, outputs = translator.piece_ids(translations)
     matrices: dict[str, list[np.ndarray]] = {}
     seconds: dict[str, float] = {}
     for method in methods:
@@ -115,13 +104,12 @@ def explain(translator: BaseTranslator, translations: Sequence[Translation], met
             matrices[method] = [m.astype(np.float64) for m in
                                 translator.read_saliency(translations, SaliencyOptions(method, seed=seed))]
         seconds[method] = (time.perf_counter() - start) / max(1, len(translations))
-    model = _model(translator)
+    model = translator.attributed_model
     explanations = []
     for k, translation in enumerate(translations):
         attributions = {method: matrices[method][k] for method in methods}
-        words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
-        measured = faithfulness(translator, sources[k], outputs[k], words, attributions,
-                                random_orders=random_orders, seed=seed)
+        measured = translation_faithfulness(translator, translation, attributions, random_orders=random_orders,
+                                            seed=seed)
         reports = {}
         for method in methods:
             rho, top1 = None, None
@@ -134,7 +122,8 @@ def explain(translator: BaseTranslator, translations: Sequence[Translation], met
             reports[method] = MethodReport(measured.get(method, Faithfulness()), rho, top1, seconds[method], share)
         figures, notes = None, []
         if counterfactual and model is not None and can_intervene(model):
-            figures = counterfactual_attention(model, sources[k], outputs[k], start=BOS_ID, seed=seed)
+            sources, outputs = translator.piece_ids([translation])
+            figures = counterfactual_attention(model, sources[0], outputs[0], start=BOS_ID, seed=seed)
         elif counterfactual:
             notes.append("counterfactual attention: only for an RNN whose mechanism has one head and its own "
                          "weights over the source; not for this model")

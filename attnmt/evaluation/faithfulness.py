@@ -34,9 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from attnmt.data.pieces import Span, is_special_token
+from attnmt.data.pieces import Span, group_pieces, is_special_token
+from attnmt.models.attribution import erased_rows
 
-__all__ = ["BINS", "Faithfulness", "RANDOM", "bin_sizes", "faithfulness", "source_words", "word_scores"]
+__all__ = ["BINS", "Faithfulness", "RANDOM", "bin_sizes", "faithfulness", "source_words", "translation_faithfulness",
+           "word_scores"]
 
 #: the bins of the two AOPC curves: a number of words, or a share of the source words
 BINS: tuple[tuple[str, float], ...] = (("1", 1), ("2", 2), ("3", 3), ("10%", 0.1), ("20%", 0.2), ("30%", 0.3),
@@ -153,12 +155,8 @@ def faithfulness(  # noqa: PLR0913 (the pair, its words, the attributions and th
 
     plans = {method: plan(ranking) for method, ranking in rankings.items()}
     random_plans = [plan(ranking) for ranking in random_rankings]
-    variants = []
-    for removed in rows:  # insertion order: the row numbers
-        row = list(source)
-        for position in removed:
-            row[position] = translator.unk_id
-        variants.append(row)
+    # one source row per distinct set, in the order of their row numbers
+    variants = erased_rows(source, [sorted(removed) for removed in rows], translator.unk_id)
     log_probs = np.zeros((len(variants), T))
     for index, reading in translator.force_decode(variants, [list(output)] * len(variants), log_probs=True):
         log_probs[index] = reading.log_probs
@@ -175,3 +173,13 @@ def faithfulness(  # noqa: PLR0913 (the pair, its words, the attributions and th
     result = {method: scored(method_plan) for method, method_plan in plans.items()}
     result[RANDOM] = Faithfulness.mean([scored(method_plan) for method_plan in random_plans])
     return result
+
+
+def translation_faithfulness(translator: Any, translation: Any, attributions: Mapping[str, np.ndarray], *,
+                             random_orders: int = 3, seed: int = 0) -> dict[str, Faithfulness]:
+    """``faithfulness`` of one ``Translation`` of ``translator``: its pieces' ids as the translator
+    numbers them, its candidate words from its source pieces (``source_words``)."""
+    sources, outputs = translator.piece_ids([translation])
+    words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
+    return faithfulness(translator, sources[0], outputs[0], words, attributions, random_orders=random_orders,
+                        seed=seed)

@@ -142,38 +142,20 @@ def applicable_methods(model: Any, methods: Sequence[str]) -> list[str]:
 
 
 def target_log_probs(model: Any, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor,
-                     targets: torch.Tensor, max_tokens: int, wanted: torch.Tensor | None = None) -> torch.Tensor:
-    """log p(targets[n, t] | tgt_in[n, :t+1], src[n]) for every row n and position t: [N, T]
-    float64 on the CPU, in chunks of at most ``max_tokens`` padded tokens. With ``wanted`` [N, T]
-    (bool), only those positions are computed (the others are 0): attnmt's models then run their
-    output layer only there."""
+                     targets: torch.Tensor, max_tokens: int) -> torch.Tensor:
+    """log p(targets[n, t] | tgt_in[n, :t+1], src[n]) for every row n and position t: [N, T] on the
+    CPU, in chunks of at most ``max_tokens`` padded tokens. Unlike ``readout.force_decode`` (float32
+    readings) it keeps a float64 model's precision, which the erasure's float64 test compares."""
     rows = src.shape[0]
-    width = max(src.shape[1], tgt_in.shape[1])
-    chunk = max(1, max_tokens // max(1, width))
-    takes_mask = _takes_target_mask(model)
+    chunk = max(1, max_tokens // max(1, src.shape[1], tgt_in.shape[1]))
     result = torch.zeros(rows, tgt_in.shape[1], dtype=torch.float64)
     with torch.inference_mode():
         for start in range(0, rows, chunk):
             part = slice(start, min(rows, start + chunk))
-            if wanted is not None and takes_mask:
-                mask = wanted[part].to(tgt_in.device)
-                if not bool(mask.any()):
-                    continue
-                logits, _ = model(src[part], src_mask[part], tgt_in[part], tgt_mask=mask)
-                scores = log_probabilities(logits).gather(-1, targets[part][mask].unsqueeze(-1)).squeeze(-1)
-                block = torch.zeros(mask.shape, dtype=torch.float64)
-                block[mask.cpu()] = scores.double().cpu()
-                result[part] = block
-            else:
-                logits, _ = model(src[part], src_mask[part], tgt_in[part], return_attention="heads")
-                scores = log_probabilities(logits).gather(-1, targets[part].unsqueeze(-1)).squeeze(-1)
-                result[part] = scores.double().cpu()
+            logits, _ = model(src[part], src_mask[part], tgt_in[part], return_attention="heads")
+            scores = log_probabilities(logits).gather(-1, targets[part].unsqueeze(-1)).squeeze(-1)
+            result[part] = scores.double().cpu()
     return result
-
-
-def _takes_target_mask(model: Any) -> bool:
-    """attnmt's RNN and Transformer take ``tgt_mask`` (the output layer only where it is True)."""
-    return _is_transformer(model) or getattr(model, "model_type", None) == "rnn"
 
 
 def erased_rows(source: Sequence[int], erased: Sequence[Sequence[int]], unk: int) -> list[list[int]]:

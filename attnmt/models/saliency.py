@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from attnmt.errors import ConfigError
-from attnmt.models.attribution import applicable_methods, attribution, not_applicable
+from attnmt.models.attribution import attribution, not_applicable
 from attnmt.models.common import log_probabilities
 from attnmt.models.readout import (
     ATTNMT_SPECIALS,
@@ -81,7 +81,7 @@ from attnmt.runtime.device import available_memory
 
 __all__ = ["ATTRIBUTION_METHODS", "DEFAULT_NOISE", "DEFAULT_SAMPLES", "DEFAULT_STEPS", "GRADIENT_METHODS",
            "SALIENCY_METHODS", "SaliencyOptions", "check_method_applies", "check_saliency_options", "saliency",
-           "saliency_bytes", "source_embedding"]
+           "saliency_bytes", "source_embedding", "usable_methods", "why_not"]
 
 DEFAULT_SAMPLES, DEFAULT_NOISE, DEFAULT_STEPS = SALIENCY_SAMPLES, SALIENCY_NOISE, SALIENCY_STEPS
 
@@ -137,16 +137,26 @@ METHOD_NAMES = {"value_norm": "value norms ‖α f(v)‖", "erasure": "erasure (
                 "alti": "ALTI+ contributions", "rollout": "attention rollout"}
 
 
-def check_method_applies(model: nn.Module, method: str) -> None:
-    """ConfigError, one line naming the methods that do apply, when ``method`` cannot read ``model``
-    (rollout on an RNN, value_norm on a mechanism that hides its values)."""
+def why_not(model: nn.Module, method: str) -> str | None:
+    """Why ``method`` cannot read ``model`` (one line), or None when it can."""
     reason = not_applicable(model, method)
     if reason is None and method in GRADIENT_METHODS and not isinstance(
             getattr(model, "source_token_embedding", None), nn.Module):
         reason = f"{method} needs the model's source embedding table, which {type(model).__name__} does not name"
+    return reason
+
+
+def usable_methods(model: nn.Module) -> list[str]:
+    """The methods of SALIENCY_METHODS that can read ``model``."""
+    return [method for method in SALIENCY_METHODS if why_not(model, method) is None]
+
+
+def check_method_applies(model: nn.Module, method: str) -> None:
+    """ConfigError, one line naming the methods that do apply, when ``method`` cannot read ``model``
+    (rollout on an RNN, value_norm on a mechanism that hides its values)."""
+    reason = why_not(model, method)
     if reason is not None:
-        usable = applicable_methods(model, SALIENCY_METHODS)
-        raise ConfigError(f"{reason}. For this model use one of: {', '.join(usable) or 'none'}")
+        raise ConfigError(f"{reason}. For this model use one of: {', '.join(usable_methods(model)) or 'none'}")
 
 
 def source_embedding(model: nn.Module) -> nn.Module:

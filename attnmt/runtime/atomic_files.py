@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from attnmt.errors import OutputError
+from attnmt.runtime.reading import special_file_kind
 
 __all__ = ["atomic_writer", "check_target", "remove_stale_temporaries", "write_bytes_atomic", "write_text_atomic"]
 
@@ -88,11 +88,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def _refuse_special(path: Path) -> None:
     """OutputError when ``path`` exists as a device, a FIFO or a socket: replacing one with a
     regular file (``/dev/null``, as root) is never what a user asked for."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if special_file_kind(path) is not None:
         raise OutputError(f"{path}: is not a regular file (a device, a FIFO or a socket); attnmt writes only "
                           "regular files and left it as it is")
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from attnmt.errors import ConfigError
+from attnmt.runtime.reading import special_file_kind
 
-__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder", "run_owning",
-           "special_file_kind"]
+__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder", "run_owning"]
 
 #: Files of a run folder (attnmt.runs.folder names them): what it needs, and what ``attnmt evaluate``
 #: and ``compare`` keep in it. No other command's output may replace one, nor a heatmap in its
@@ -96,18 +95,6 @@ def check_output(
         raise ConfigError(f"{option} {target} exists; pass --overwrite to replace it, or choose another name")
     check_writable_folder(target.parent, f"{option} {target}")
     return target
-
-
-def special_file_kind(path: Path) -> str | None:
-    """What ``path`` is when it exists as something other than a regular file or a folder (following
-    links): "a device", "a FIFO", "a socket"; None otherwise."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return None
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
 
 
 def check_writable_folder(folder: str | os.PathLike, what: str) -> None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NODES", "DataTooLarge", "check_plain_data", "read_text_bounded"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NODES", "DataTooLarge", "check_plain_data", "read_text_bounded",
+           "special_file_kind"]
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a run config is a few kilobytes
 MAX_NODES = 100_000
@@ -43,9 +43,7 @@ def read_text_bounded(path: str | os.PathLike, limit: int = MAX_CONFIG_BYTES) ->
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
-                else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
-            raise DataTooLarge(f"is {kind}, not a regular file")
+            raise DataTooLarge(f"is {'a folder' if stat.S_ISDIR(mode) else _kind(mode)}, not a regular file")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(descriptor, min(1 << 16, limit + 1 - size))
@@ -99,9 +97,15 @@ def _size(value: Any, sizes: dict[int, int], depth: int, what: str, max_string: 
     return total
 
 
-def is_regular_file(path: Path) -> bool:
-    """Whether ``path`` exists as a regular file (following links)."""
+def _kind(mode: int) -> str:
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def special_file_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists as something other than a regular file or a folder (following
+    links): "a device", "a FIFO" or "a socket"; None otherwise. Outputs never replace one."""
     try:
-        return stat.S_ISREG(path.stat().st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        return False
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)

@@ -22,9 +22,7 @@ from attnmt.decoding.interventions import can_intervene
 from attnmt.decoding.translator import Translator
 from attnmt.errors import AttnmtError, ConfigError
 from attnmt.models import count_parameters
-from attnmt.models.attribution import applicable_methods
 from attnmt.runtime.checks import PLAIN_NAME
-from attnmt.runtime.choices import GRADIENT_METHODS, SALIENCY_METHODS
 
 __all__ = ["MAX_EXAMPLES", "ServedModel", "gold_examples", "load_models", "test_examples"]
 
@@ -74,11 +72,8 @@ class ServedModel:
 
     @property
     def saliency_methods(self) -> list[str]:
-        """The methods of the saliency registry that can read this model (a Hugging Face model: the
-        gradients and erasure, which need no view of its layers)."""
-        if isinstance(self.translator, HFTranslator):
-            return [*GRADIENT_METHODS, "erasure"]
-        return applicable_methods(self.translator.model, SALIENCY_METHODS)
+        """The methods of the saliency registry that can read this model."""
+        return self.translator.saliency_methods()
 
 
 def _name_of(origin: str, taken: set[str]) -> str:

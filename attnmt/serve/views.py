@@ -33,7 +33,7 @@ from attnmt.decoding.interventions import REPLACEMENTS, pinned_attention, replac
 from attnmt.decoding.search import length_penalty
 from attnmt.errors import AttnmtError
 from attnmt.evaluation.agreement import translation_agreement
-from attnmt.evaluation.faithfulness import RANDOM, faithfulness, source_words
+from attnmt.evaluation.faithfulness import RANDOM, translation_faithfulness
 from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.choices import SALIENCY_METHODS
 from attnmt.serve.equations import equation_mathml
@@ -62,17 +62,14 @@ def _sentence_faithfulness(served: ServedModel, translation: Any, method: str, s
                            ) -> dict[str, dict[str, float]] | None:
     """Comprehensiveness and sufficiency AOPC (1-3 words) of the attention, ``method`` and a random
     ranking on this sentence; None for a source without a word to remove."""
-    translator = served.translator
-    sources, outputs = translator.piece_ids([translation])
-    words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
-    attributions = {"attention": np.asarray(translation.attention, dtype=np.float64),
-                    method: np.asarray(scores, dtype=np.float64)}
-    measured = faithfulness(translator, sources[0], outputs[0], words, attributions, random_orders=3)
+    measured = translation_faithfulness(served.translator, translation,
+                                        {"attention": np.asarray(translation.attention, dtype=np.float64),
+                                         method: np.asarray(scores, dtype=np.float64)})
     if not measured:
         return None
-    return {name: {"comprehensiveness": round(figures.comprehensiveness_aopc["words"], 3),
-                   "sufficiency": round(figures.sufficiency_aopc["words"], 3)}
-            for name, figures in ((name, measured[name]) for name in ("attention", method, RANDOM))}
+    return {name: {"comprehensiveness": round(measured[name].comprehensiveness_aopc["words"], 3),
+                   "sufficiency": round(measured[name].sufficiency_aopc["words"], 3)}
+            for name in ("attention", method, RANDOM)}
 
 
 def _rounded(matrix: np.ndarray) -> list[list[float]]:

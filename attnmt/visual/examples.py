@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from attnmt.data.pieces import group_pieces, merge_subwords
+from attnmt.data.pieces import merge_subwords
 from attnmt.evaluation.agreement import translation_agreement
-from attnmt.evaluation.faithfulness import RANDOM, faithfulness, source_words
+from attnmt.evaluation.faithfulness import RANDOM, translation_faithfulness
 from attnmt.models.saliency import SaliencyOptions
 
 __all__ = ["named_heads", "view_examples"]
@@ -124,11 +124,9 @@ def view_examples(
 def _faithfulness_meta(translator: Any, translation: Any, method: str, scores: np.ndarray) -> dict[str, str]:
     """This sentence's comprehensiveness and sufficiency, "attention / METHOD / random", as the
     viewer's readout shows them (nothing for a source without a word to remove)."""
-    sources, outputs = translator.piece_ids([translation])
-    words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
-    measured = faithfulness(translator, sources[0], outputs[0], words,
-                            {"attention": np.asarray(translation.attention, dtype=np.float64),
-                             method: np.asarray(scores, dtype=np.float64)}, random_orders=3)
+    measured = translation_faithfulness(translator, translation,
+                                        {"attention": np.asarray(translation.attention, dtype=np.float64),
+                                         method: np.asarray(scores, dtype=np.float64)})
     if not measured:
         return {}
     names = ("attention", method, RANDOM)

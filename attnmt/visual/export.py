@@ -54,7 +54,7 @@ from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.errors import ConfigError, DataError
 from attnmt.models.saliency import SALIENCY_METHODS, SaliencyOptions
 from attnmt.runtime.atomic_files import write_bytes_atomic
-from attnmt.runtime.outputs import special_file_kind
+from attnmt.runtime.reading import special_file_kind
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_lines", "attention_records", "load_attention", "save_attention"]
 
