@@ -7,6 +7,8 @@
   included, as ``minutes_to_best`` of attnmt's ``benchmarks/recipe.py``; ``training_minutes``: to
   the last line of the log.
 - ``validations``: step, minutes, perplexity and greedy BLEU of each validation.
+- ``batch_size``: the training batch_size its configuration printout names;
+  ``epoch_target_tokens``: the target tokens JoeyNMT counted in its first epoch (None before one ends).
 
     python benchmarks/peers/joeynmt/summarize.py runs/peer/joey-rnn --json joey-rnn.json
 """
@@ -27,11 +29,13 @@ STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 TOKENS = re.compile(r"Epoch\s+(\d+), Step:\s+(\d+), .*Tokens per Sec:\s+([\d.]+)")
 RESULT = re.compile(r"Evaluation result \(greedy\): bleu:\s+([\d.]+), loss:\s+([\d.]+), ppl:\s+([\d.]+)")
 PARAMS = re.compile(r"Total params: (\d+)")
+BATCH_SIZE = re.compile(r"cfg\.training\.batch_size : (\d+)")
+EPOCH_TOKENS = re.compile(r"Epoch\s+1, total training loss: .*num\. of tokens: (\d+)")
 
 
 def summarize(log: Path) -> dict:
     start = last = None
-    tokens_per_s, validations, params, step = [], [], None, 0
+    tokens_per_s, validations, params, step, epoch_tokens, batch_size = [], [], None, 0, None, None
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         stamp = STAMP.match(line)
         if not stamp:
@@ -42,6 +46,10 @@ def summarize(log: Path) -> dict:
             start = when
         if match := PARAMS.search(line):
             params = int(match.group(1))
+        if match := BATCH_SIZE.search(line):
+            batch_size = int(match.group(1))
+        if match := EPOCH_TOKENS.search(line):
+            epoch_tokens = int(match.group(1))
         if match := TOKENS.search(line):
             step = int(match.group(2))
             tokens_per_s.append(float(match.group(3)))
@@ -62,6 +70,8 @@ def summarize(log: Path) -> dict:
         "tokens_per_s_median": statistics.median(tokens_per_s),
         "tokens_per_s_first": tokens_per_s[0],
         "log_windows": len(tokens_per_s),
+        "epoch_target_tokens": epoch_tokens,
+        "batch_size": batch_size,
         "minutes_to_best": best[-1]["minutes"] if best else None,
         "best_step": best[-1]["step"] if best else None,
         "best_val_ppl": best[-1]["ppl"] if best else None,
