@@ -9,27 +9,22 @@ trained on it, a simulated full disk, and a headless browser.
 - ``run_trainer`` trains a config into a folder; ``comparable`` drops the timings of its records.
 - ``tolerance``: how closely two float32 paths to one result agree where the test runs.
 - ``FullDisk``: the writes into a folder fail with ENOSPC once a byte budget is spent.
-- ``Browser``: headless Chromium driven over the DevTools protocol on a pipe (file descriptors 3
-  and 4, JSON ended by NUL bytes): only the standard library, nothing downloaded.
+- ``Browser``: one page of the installed headless Chromium, driven by Playwright (typing, clicks and
+  pointer moves with its actionability checks); nothing is downloaded.
 
 Session fixtures built from these (``tiny_run``, ``browser``) are in ``conftest.py``.
 """
 
 from __future__ import annotations
 
-import base64
-import fcntl
-import json
 import os
-import select
 import shutil
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 import yaml
+from playwright.sync_api import ConsoleMessage, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 from torch import nn
 
 from attnmt.data.toy import LEXICON, make_pairs, toy_run_config, write_corpus  # noqa: F401 (the tests' names)
@@ -162,7 +157,7 @@ comparable = machine_free
 # ---------------------------------------------------------------------------- a headless browser
 
 BROWSER_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-STEP_TIMEOUT = 15.0  # seconds for one protocol reply; the whole module takes a few seconds
+STEP_TIMEOUT = 15.0  # seconds Playwright waits for one action (an element to become actionable)
 
 
 def find_browser() -> str | None:
@@ -177,168 +172,91 @@ def find_browser() -> str | None:
 
 
 class Browser:
-    """A headless Chromium with one page, spoken to through the DevTools protocol on a pipe."""
+    """One page of a headless Chromium, driven by Playwright as a person drives it: real pointer
+    moves, clicks and key presses, each after Playwright's actionability checks (the element is
+    attached, visible, stable and receives the event). The installed Chromium is used
+    (``executable_path``), so nothing is downloaded."""
 
     def __init__(self, executable: str, width: int = 1280, height: int = 900):
-        self.profile = tempfile.TemporaryDirectory(prefix="attnmt-chromium-")
-        to_browser_read, self._to_browser = os.pipe()
-        self._from_browser, from_browser_write = os.pipe()
+        self._playwright = sync_playwright().start()
+        try:
+            self._browser = self._playwright.chromium.launch(
+                executable_path=executable, headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        except PlaywrightError:
+            self._playwright.stop()
+            raise
+        self.page = self._browser.new_page(viewport={"width": width, "height": height})
+        self.page.set_default_timeout(STEP_TIMEOUT * 1000)
+        self.events: list[str] = []  # console errors and uncaught exceptions, in the order seen
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda error: self.events.append(f"uncaught: {error}"))
 
-        def wire_descriptors() -> None:  # runs in the child: the protocol wants exactly fds 3 and 4
-            # Copy both ends above 10 first, so putting one on 3 cannot overwrite the other.
-            read_end = fcntl.fcntl(to_browser_read, fcntl.F_DUPFD, 10)
-            write_end = fcntl.fcntl(from_browser_write, fcntl.F_DUPFD, 10)
-            os.dup2(read_end, 3)
-            os.dup2(write_end, 4)
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type in ("error", "assert"):
+            self.events.append(message.text)
 
-        self.process = subprocess.Popen(
-            [
-                executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--no-default-browser-check", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-extensions",
-                "--disable-dev-shm-usage", "--mute-audio", "--hide-scrollbars",
-                f"--user-data-dir={self.profile.name}", f"--window-size={width},{height}",
-                "--remote-debugging-pipe", "about:blank",
-            ],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=wire_descriptors, pass_fds=(3, 4),
-        )
-        os.close(to_browser_read)
-        os.close(from_browser_write)
-        self._buffer = b""
-        self._next_id = 0
-        self.events: list[dict] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", session=True,
-                  width=width, height=height, deviceScaleFactor=1, mobile=False)
-
-    # -- protocol
-
-    def _send(self, message: dict) -> None:
-        data = json.dumps(message).encode() + b"\0"
-        while data:
-            written = os.write(self._to_browser, data)
-            data = data[written:]
-
-    def _receive(self, deadline: float) -> dict:
-        while b"\0" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("Chromium did not answer in time")
-            ready, _, _ = select.select([self._from_browser], [], [], remaining)
-            if ready:
-                chunk = os.read(self._from_browser, 1 << 20)
-                if not chunk:
-                    raise ConnectionError(f"Chromium closed the pipe (exit code {self.process.poll()})")
-                self._buffer += chunk
-        message, self._buffer = self._buffer.split(b"\0", 1)
-        return json.loads(message)
-
-    def call(self, method: str, session: bool = False, **params) -> dict:
-        self._next_id += 1
-        message = {"id": self._next_id, "method": method, "params": params}
-        if session:
-            message["sessionId"] = self.session
-        self._send(message)
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while True:
-            reply = self._receive(deadline)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method} failed: {reply['error']}")
-                return reply.get("result", {})
-            self.events.append(reply)
-
-    def wait_for_event(self, method: str) -> dict:
-        deadline = time.monotonic() + STEP_TIMEOUT
-        for index, event in enumerate(self.events):
-            if event.get("method") == method:
-                return self.events.pop(index)
-        while True:
-            event = self._receive(deadline)
-            if event.get("method") == method:
-                return event
-            self.events.append(event)
-
-    # -- page
+    # -- looking
 
     def open(self, url: str) -> None:
-        self.events.clear()
-        self.call("Page.navigate", session=True, url=url)
-        self.wait_for_event("Page.loadEventFired")
+        self.page.goto(url, wait_until="load")
 
     def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", session=True, expression=expression,
-                           returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def hover(self, selector: str, scroll: str = "center") -> tuple[float, float]:
-        """Move the real mouse pointer to the middle of the element; return the point.
-
-        The element is scrolled into view first: to the middle of the window, or with
-        ``scroll="nearest"`` only as far as needed (not at all when it is already visible).
-        """
-        box = self.evaluate(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-            f" e.scrollIntoView({{block: {json.dumps(scroll)}, inline: {json.dumps(scroll)}}});"
-            " const r = e.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()"
-        )
-        self.call("Input.dispatchMouseEvent", session=True, type="mouseMoved", x=box[0], y=box[1])
-        return box[0], box[1]
-
-    KEYS = {"Tab": ("Tab", 9), "ArrowRight": ("ArrowRight", 39), "ArrowLeft": ("ArrowLeft", 37),
-            "ArrowDown": ("ArrowDown", 40), "ArrowUp": ("ArrowUp", 38), "Enter": ("Enter", 13)}
-
-    def press(self, key: str) -> None:
-        """A real key press (down, then up) of one of ``KEYS``, sent to whatever has the focus."""
-        code, virtual = self.KEYS[key]
-        for kind in ("rawKeyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", session=True, type=kind, key=key, code=code,
-                      windowsVirtualKeyCode=virtual, nativeVirtualKeyCode=virtual)
-
-    def type_text(self, text: str) -> None:
-        """Text typed into the element that has the focus, as a keyboard's input would insert it."""
-        self.call("Input.insertText", session=True, text=text)
-
-    def click(self, selector: str) -> None:
-        """A real left click in the middle of the element (scrolled into view)."""
-        x, y = self.hover(selector)
-        for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", session=True, type=kind, x=x, y=y, button="left", clickCount=1)
+        """The value of a JavaScript expression in the page (a promise is awaited)."""
+        return self.page.evaluate(expression)
 
     def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", session=True, format="png")["data"]
-        path.write_bytes(base64.b64decode(data))
+        self.page.screenshot(path=str(path))
         return path
 
     def errors(self) -> list[str]:
-        """Console errors, uncaught exceptions and browser log errors (e.g. CSP violations) so far."""
-        found = []
-        for event in self.events:
-            method, params = event.get("method"), event.get("params", {})
-            if method == "Runtime.exceptionThrown":
-                found.append(json.dumps(params.get("exceptionDetails", {}))[:500])
-            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                found.append(" ".join(str(arg.get("value", arg.get("description"))) for arg in params["args"]))
-            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                found.append(params["entry"].get("text", ""))
-        return found
+        """Console errors (CSP violations included) and uncaught exceptions so far."""
+        return list(self.events)
+
+    # -- acting as a person does
+
+    def hover(self, selector: str, scroll: str = "center") -> tuple[float, float]:
+        """Move the pointer to the middle of the element; return the point.
+
+        The element is scrolled to the middle of the window first, or with ``scroll="nearest"``
+        only as far as Playwright needs (not at all when it is already in view).
+        """
+        element = self.page.locator(selector).first
+        if scroll == "center":
+            element.evaluate("e => e.scrollIntoView({block: 'center', inline: 'center'})")
+        element.hover()
+        box = element.bounding_box()
+        assert box is not None, f"{selector} has no box"
+        return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+    def click(self, selector: str) -> None:
+        self.page.locator(selector).first.click()
+
+    def click_button(self, name: str, within: str = "body") -> None:
+        """Click the button whose accessible name is exactly ``name`` inside ``within``."""
+        self.page.locator(within).first.get_by_role("button", name=name, exact=True).click()
+
+    def type_into(self, selector: str, text: str) -> None:
+        """Click the field, select what it holds, delete it and type ``text`` key by key."""
+        self.click(selector)
+        self.page.keyboard.press("ControlOrMeta+A")
+        self.page.keyboard.press("Backspace")
+        self.page.keyboard.type(text)
+
+    def choose(self, selector: str, value: str) -> None:
+        """Pick the option ``value`` of a <select>, as a person picks it (the page sees change)."""
+        self.page.locator(selector).first.select_option(value)
+
+    def press(self, key: str) -> None:
+        """A real key press (down, then up), sent to whatever has the focus."""
+        self.page.keyboard.press(key)
+
+    def type_text(self, text: str) -> None:
+        """``text`` typed key by key into whatever has the focus."""
+        self.page.keyboard.type(text)
 
     def close(self) -> None:
         try:
-            self.call("Browser.close")
-        except (OSError, RuntimeError, TimeoutError, ConnectionError):
-            pass
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        os.close(self._to_browser)
-        os.close(self._from_browser)
-        self.profile.cleanup()
+            self._browser.close()
+        finally:
+            self._playwright.stop()

@@ -92,3 +92,26 @@ def test_the_tour_notebook_runs_in_a_kernel_and_renders_in_a_browser(runs, tmp_p
         ".map(frame => frame.contentDocument.querySelectorAll('.cell').length)")
     assert len(cells) == 3 and all(count > 0 for count in cells), cells
     assert browser.errors() == []
+
+
+@pytest.mark.parametrize("method", ["value_norm", "erasure"])
+def test_show_with_an_attribution_renders_it_and_this_sentences_faithfulness_in_a_browser(runs, tmp_path, browser,
+                                                                                           method):
+    """Issue 62: ``attnmt.show(..., saliency=METHOD)`` for an attribution made for attention, as a
+    notebook front end renders it: the attribution's heatmap beside the attention's, and badges
+    with this sentence's comprehensiveness and sufficiency for the attention, the method and random."""
+    translator = attnmt.Translator.load(runs / "additive")
+    view = attnmt.show(translator, ["Ein hund läuft.", "Der mann sieht die katze."], saliency=method)
+    page = tmp_path / f"show-{method}.html"
+    page.write_text(f"<!doctype html><html><body>{view._repr_html_()}</body></html>", encoding="utf-8")
+    browser.open(page.as_uri())
+    frame = "document.querySelector('iframe.attnmt-viewer').contentDocument"
+    cells = {kind: browser.evaluate(f"{frame}.querySelectorAll('#example-1 table.{kind} td.cell').length")
+             for kind in ("attention", "saliency")}  # the first example opens with its heatmaps built
+    assert cells["attention"] > 0 and cells["saliency"] == cells["attention"], cells
+    badges = browser.evaluate(f"[...{frame}.querySelectorAll('#example-1 .badge')].map(b => b.textContent)")
+    for measure in ("comprehensiveness", "sufficiency"):
+        [badge] = [text for text in badges if text.startswith(f"{measure} (attention / {method} / random)")]
+        figures = badge.rsplit(")", 1)[1].split(" / ")
+        assert len(figures) == 3 and all(np.isfinite(float(figure)) for figure in figures), badge
+    assert browser.errors() == []

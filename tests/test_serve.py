@@ -1,6 +1,7 @@
 """``attnmt serve``: the request handlers in-process, the server's safety rules over real HTTP on the
-loopback address, a bounded load test, and the page in a real browser (headless Chromium over the
-DevTools protocol, ``tests/helpers.py``'s ``Browser``: nothing downloaded)."""
+loopback address, a bounded load test, and the page in a real browser (the installed headless
+Chromium driven by Playwright, ``tests/helpers.py``'s ``Browser``: typed and clicked as a person
+does it; nothing downloaded)."""
 
 from __future__ import annotations
 
@@ -266,9 +267,7 @@ def type_and_translate(browser, url: str) -> float:
     deadline = time.monotonic() + 30
     while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
         time.sleep(0.05)
-    browser.click("#sentence")
-    browser.evaluate("document.getElementById('sentence').select()")
-    browser.type_text(SENTENCE)
+    browser.type_into("#sentence", SENTENCE)
     browser.click("#translate")
     heatmaps = "document.querySelectorAll('.panel svg.heatmap').length"
     while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline:
@@ -288,14 +287,14 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
         ".some(w => w.style.background && !w.style.background.endsWith(', 0)')))")
     assert shaded == [True, True]  # both panels show where their model looked
     assert browser.evaluate("document.querySelector(\".panel[data-model='run-2'] .out-word.linked\") !== null")
-    browser.evaluate("document.querySelector(\".panel[data-model='run'] form.controls input\").value = 'A cat'")
-    browser.evaluate("document.querySelector(\".panel[data-model='run'] form.controls button\").click()")
+    panel = ".panel[data-model='run']"
+    browser.type_into(f"{panel} form.controls input", "A cat")
+    browser.click(f"{panel} form.controls button")
     while browser.evaluate("document.querySelector(\".panel[data-model='run'] .result svg\") === null") \
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "A cat" in browser.evaluate("document.querySelector(\".panel[data-model='run'] .result\").textContent")
-    buttons = "[...document.querySelectorAll(\".panel[data-model='run'] .controls button\")]"
-    browser.evaluate(f"{buttons}.find(b => b.textContent === 'step through').click()")
+    browser.click_button("step through", within=panel)
     while browser.evaluate("document.querySelector(\".panel[data-model='run'] .step-table\") === null") \
             and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -308,14 +307,14 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     # An attribution made for attention, with this sentence's faithfulness, and a counterfactual.
     method = "document.querySelector(\".panel[data-model='run'] select[aria-label='saliency method']\")"
     assert "value_norm" in browser.evaluate(f"[...{method}.options].map(o => o.value).join(' ')")
-    browser.evaluate(f"{method}.value = 'erasure'")
-    browser.evaluate(f"{buttons}.find(b => b.textContent === 'saliency').click()")
+    browser.choose(f"{panel} select[aria-label='saliency method']", "erasure")
+    browser.click_button("saliency", within=panel)
     faithful = "document.querySelector(\".panel[data-model='run'] .faithfulness\")"
     while browser.evaluate(f"{faithful} === null") and time.monotonic() < deadline + 20:
         time.sleep(0.05)
     assert "erasure" in browser.evaluate(f"{faithful}.textContent")
     assert "random" in browser.evaluate(f"{faithful}.textContent")
-    browser.evaluate(f"{buttons}.find(b => b.textContent === 'uniform attention').click()")
+    browser.click_button("uniform attention", within=panel)
     result = "document.querySelector(\".panel[data-model='run'] .result\").textContent"
     while "made uniform" not in browser.evaluate(result) and time.monotonic() < deadline + 20:
         time.sleep(0.05)
@@ -324,7 +323,7 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     assert shot.stat().st_size > 10_000
     # The link restores the view: the sentence, and the matrix each panel shows.
     select = "document.querySelector(\".panel[data-model='run-2'] select.matrix-select\")"
-    browser.evaluate(f"{select}.value = '2'; {select}.dispatchEvent(new Event('change'))")
+    browser.choose(".panel[data-model='run-2'] select.matrix-select", "2")
     browser.open(f"{url}?again{browser.evaluate('location.hash')}")
     while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline + 20:
         time.sleep(0.05)

@@ -1,7 +1,8 @@
-"""The HTML attention viewer in a real browser: headless Chromium driven over the DevTools protocol.
+"""The HTML attention viewer in a real browser: the installed headless Chromium driven by Playwright.
 
-The browser is ``tests/helpers.py``'s ``Browser`` (the ``browser`` fixture of ``conftest.py``): it
-needs only the standard library, no selenium, no chromedriver, nothing downloaded. The tests skip
+The browser is ``tests/helpers.py``'s ``Browser`` (the ``browser`` fixture of ``conftest.py``):
+pointer moves, clicks, typing and choices as a person makes them, after Playwright's actionability
+checks; Playwright is pointed at the installed Chromium, so nothing is downloaded. The tests skip
 with a reason when Chromium is not installed (Debian package ``chromium``), and fail under CI.
 """
 
@@ -76,7 +77,7 @@ def test_heatmap_has_one_cell_per_output_and_source_token(browser, viewer_page):
     count = browser.evaluate("document.querySelectorAll('#example-1 td.cell').length")
     assert count == len(first["src_tokens"]) * len(first["out_tokens"])
     # Examples build their heatmap when opened, and then have their own full grid too.
-    browser.evaluate("document.getElementById('expand-all').click()")
+    browser.click("#expand-all")
     for number, example in enumerate(examples, start=1):
         cells = browser.evaluate(f"document.querySelectorAll('#example-{number} td.cell').length")
         assert cells == len(example["src_tokens"]) * len(example["out_tokens"])
@@ -122,9 +123,7 @@ def test_choosing_a_head_repaints_the_heatmap(browser, viewer_page):
         "Array.from(document.querySelectorAll('#example-1 select option')).map(o => o.textContent)")
     assert names == list(heads)
     chosen = names.index("layer 2 / head 1")
-    browser.evaluate(
-        "(() => { const s = document.querySelector('#example-1 select');"
-        f" s.value = '{chosen}'; s.dispatchEvent(new Event('change')); }})()")
+    browser.choose("#example-1 select", str(chosen))
     weights = browser.evaluate(
         "Array.from(document.querySelectorAll('#example-1 td.cell')).map(c => Number(c.dataset.weight))")
     expected = heads["layer 2 / head 1"]
@@ -136,15 +135,11 @@ def test_choosing_a_head_repaints_the_heatmap(browser, viewer_page):
 
 
 def test_filter_box_hides_examples_that_do_not_match(browser, viewer_page):
-    browser.evaluate(
-        "(() => { const f = document.getElementById('filter'); f.value = 'w1';"
-        " f.dispatchEvent(new Event('input')); })()")
+    browser.type_into("#filter", "w1")
     hidden = browser.evaluate("Array.from(document.querySelectorAll('details.example')).map(d => d.hidden)")
     assert hidden == [True, False, True, True]
     assert browser.evaluate("document.getElementById('count').textContent") == "1 of 4 examples"
-    browser.evaluate(
-        "(() => { const f = document.getElementById('filter'); f.value = '';"
-        " f.dispatchEvent(new Event('input')); })()")
+    browser.type_into("#filter", "")
     hidden = "Array.from(document.querySelectorAll('details.example')).filter(d => d.hidden).length"
     assert browser.evaluate(hidden) == 0
 
@@ -153,7 +148,9 @@ def test_pointing_in_a_long_example_does_not_move_the_heatmap_under_the_pointer(
     examples, _ = viewer_page
     long_example = examples[-1]
     number = len(examples)
-    browser.evaluate(f"document.getElementById('example-{number}').open = true")
+    if not browser.evaluate(f"document.getElementById('example-{number}').open"):
+        browser.click(f"#example-{number} > summary")  # opened as a person opens it
+    assert browser.evaluate(f"document.getElementById('example-{number}').open")
     cells = browser.evaluate(f"document.querySelectorAll('#example-{number} td.cell').length")
     assert cells == len(long_example["src_tokens"]) * len(long_example["out_tokens"])
     # The example's top in view, readout above the heatmap: the first hover fills in the readout's
