@@ -1,12 +1,13 @@
-"""Does a translator's gradient saliency align words better than its attention? AER on the
+"""Does a translator's saliency or attribution align words better than its attention? AER on the
 HLT-NAACL 2003 English–French gold, from one trained translator or from a pair of them.
 
 Each gold pair is force-decoded (``attnmt.alignment.translator_attention``). The word weights come
-from the attention, from the gradient saliency of each method (its positive part normalised per
-row: ``saliency_weights``), or from both: (1 − λ) · attention + λ · saliency, both rows being
-distributions over the source words. For each source of weights the link method, the reading
-(layer, head, shift; shift alone for saliency) and λ are chosen on the 37 trial pairs only; the
-447 test pairs are then scored once per source with that choice (so one test look per row).
+from the attention, from each method of the saliency registry that can read the translator (the
+three gradient methods, value norms and erasure; ALTI+ and rollout too for a Transformer; each
+one's positive part normalised per row: ``saliency_weights``), or from both: (1 − λ) · attention
++ λ · saliency, both rows being distributions over the source words. For each source of weights
+the link method, the reading (layer, head, shift; shift alone for saliency) and λ are chosen on
+the 37 trial pairs only; the 447 test pairs are then scored once per source with that choice (so one test look per row).
 
 A run trained with guided alignment (``data.train_links``) offers its guided reading too (its head,
 its shift, the EOS weight kept as "unaligned"), and it is the attention the combinations use. Given
@@ -97,8 +98,9 @@ def force_decode(run: str, args, trial: GoldSplit, test: GoldSplit) -> tuple[Tra
     attention = TranslatorAligner(run, args.checkpoint, src_lang="en", max_tokens=args.max_tokens)
     print(f"{run}: {attention.describe()}", file=sys.stderr)
     sources = {"attention": attention}
-    for options in (SaliencyOptions("gradient"), SaliencyOptions("smoothgrad", samples=args.smoothgrad_samples),
-                    SaliencyOptions("integrated", steps=args.integrated_steps)):
+    settings = {"smoothgrad": {"samples": args.smoothgrad_samples}, "integrated": {"steps": args.integrated_steps}}
+    for method in attention.translator.saliency_methods():  # the gradients, then the attributions that apply
+        options = SaliencyOptions(method, **settings.get(method, {}))
         sources[options.describe()] = TranslatorAligner(attention.translator, src_lang="en",
                                                         max_tokens=args.max_tokens, saliency=options)
     forced, seconds = {}, {}
