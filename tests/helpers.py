@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -204,6 +205,16 @@ class Browser:
     def evaluate(self, expression: str):
         """The value of a JavaScript expression in the page (a promise is awaited)."""
         return self.page.evaluate(expression)
+
+    def wait_for(self, expression: str, seconds: float = 30.0) -> None:
+        """Wait until the JavaScript ``expression`` is true in the page (what the page shows), or
+        fail after ``seconds``. Polled from here: the pages' Content-Security-Policy forbids the
+        eval that Playwright's own wait_for_function needs."""
+        deadline = time.monotonic() + seconds
+        while not self.page.evaluate(expression):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"after {seconds:g} s the page still does not show {expression}")
+            self.page.wait_for_timeout(50)
 
     def screenshot(self, path: Path) -> Path:
         self.page.screenshot(path=str(path))

@@ -260,27 +260,23 @@ def test_serve_refuses_a_port_in_use_in_one_line(runs, server, capsys):
 # -- in a real browser ------------------------------------------------------------------------------------
 
 
-def type_and_translate(browser, url: str) -> float:
+HEATMAPS = "document.querySelectorAll('.panel svg.heatmap').length"
+
+
+def type_and_translate(browser, url: str) -> None:
     """Open the page, type SENTENCE into its box, click Translate and wait until both panels show
-    their heatmaps, as a person does; returns the deadline the caller may go on waiting to."""
+    their heatmaps (each appears when its model has answered), as a person does."""
     browser.open(url)
-    deadline = time.monotonic() + 30
-    while browser.evaluate("document.documentElement.dataset.ready") != "true" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    browser.wait_for("document.documentElement.dataset.ready === 'true'")
     browser.type_into("#sentence", SENTENCE)
     browser.click("#translate")
-    heatmaps = "document.querySelectorAll('.panel svg.heatmap').length"
-    while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)  # each panel appears when its model has answered
-    assert browser.evaluate(heatmaps) >= 2
-    return deadline
+    browser.wait_for(f"{HEATMAPS} >= 2")
 
 
 @pytest.mark.slow
 def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, tmp_path):
     url = f"http://127.0.0.1:{server.server_address[1]}/"
-    deadline = type_and_translate(browser, url)
-    heatmaps = "document.querySelectorAll('.panel svg.heatmap').length"
+    type_and_translate(browser, url)
     browser.hover(".panel[data-model='run'] .out-word[data-row='0']")
     shaded = browser.evaluate(
         "[...document.querySelectorAll('.panel')].map(p => [...p.querySelectorAll('.src-word')]"
@@ -290,14 +286,10 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     panel = ".panel[data-model='run']"
     browser.type_into(f"{panel} form.controls input", "A cat")
     browser.click(f"{panel} form.controls button")
-    while browser.evaluate("document.querySelector(\".panel[data-model='run'] .result svg\") === null") \
-            and time.monotonic() < deadline:
-        time.sleep(0.05)
+    browser.wait_for("document.querySelector(\".panel[data-model='run'] .result svg\") !== null")
     assert "A cat" in browser.evaluate("document.querySelector(\".panel[data-model='run'] .result\").textContent")
     browser.click_button("step through", within=panel)
-    while browser.evaluate("document.querySelector(\".panel[data-model='run'] .step-table\") === null") \
-            and time.monotonic() < deadline:
-        time.sleep(0.05)
+    browser.wait_for("document.querySelector(\".panel[data-model='run'] .step-table\") !== null")
     assert browser.evaluate("document.querySelectorAll(\".panel[data-model='run'] .step-table .bar\").length") > 0
     # the mechanism's equations as MathML the browser lays out itself, not a docstring
     assert browser.evaluate("document.querySelector(\".panel[data-model='run'] .result .equation math\")"
@@ -310,14 +302,12 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     browser.choose(f"{panel} select[aria-label='saliency method']", "erasure")
     browser.click_button("saliency", within=panel)
     faithful = "document.querySelector(\".panel[data-model='run'] .faithfulness\")"
-    while browser.evaluate(f"{faithful} === null") and time.monotonic() < deadline + 20:
-        time.sleep(0.05)
+    browser.wait_for(f"{faithful} !== null")
     assert "erasure" in browser.evaluate(f"{faithful}.textContent")
     assert "random" in browser.evaluate(f"{faithful}.textContent")
     browser.click_button("uniform attention", within=panel)
     result = "document.querySelector(\".panel[data-model='run'] .result\").textContent"
-    while "made uniform" not in browser.evaluate(result) and time.monotonic() < deadline + 20:
-        time.sleep(0.05)
+    browser.wait_for(f"{result}.includes('made uniform')")
     assert "the model's own" in browser.evaluate(result)
     shot = browser.screenshot(tmp_path / "serve.png")  # kept in pytest's temporary folder of this session
     assert shot.stat().st_size > 10_000
@@ -325,8 +315,7 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     select = "document.querySelector(\".panel[data-model='run-2'] select.matrix-select\")"
     browser.choose(".panel[data-model='run-2'] select.matrix-select", "2")
     browser.open(f"{url}?again{browser.evaluate('location.hash')}")
-    while browser.evaluate(heatmaps) < 2 and time.monotonic() < deadline + 20:
-        time.sleep(0.05)
+    browser.wait_for(f"{HEATMAPS} >= 2")
     assert browser.evaluate(f"{select}.value") == "2"
     assert browser.evaluate("document.getElementById('sentence').value") == SENTENCE
     assert not browser.errors()
