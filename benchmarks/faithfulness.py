@@ -11,10 +11,12 @@ For each run (``NAME=RUN_FOLDER``), its greedy translations of the first --sente
 
 and, for an RNN with one head, counterfactual attention (total variation, Jensen-Shannon, changed
 words) for permuted, uniform and other-step weights. Means over sentences (counterfactuals over
-output tokens). Prints one table per run and writes the JSON:
+output tokens). Prints one table per run and writes the JSON. ``--jobs N`` measures N runs at a
+time, each in its own process (give ``--threads 1`` with ``--jobs 2`` on two cores), so the whole
+benchmark is one command; the JSON keeps its wall-clock seconds:
 
     python benchmarks/faithfulness.py dot=runs/faith/dot general=runs/faith/general \\
-        --json benchmarks/results/saliency/faithfulness.json
+        --jobs 2 --threads 1 --json benchmarks/results/saliency/faithfulness.json
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +90,24 @@ def measure(name: str, run: Path, args: argparse.Namespace) -> dict:
             "methods": rows, "not_applicable": skipped, "counterfactual": counterfactual}
 
 
+def measure_all(runs: dict[str, Path], args: argparse.Namespace) -> dict[str, dict]:
+    """Every run measured, ``args.jobs`` at a time (each in its own process when more than one),
+    each run's tables printed as it ends."""
+    results = {}
+    if args.jobs == 1:
+        for name, folder in runs.items():
+            results[name] = measure(name, folder, args)
+            print_run(name, results[name])
+        return results
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(measure, name, folder, args): name for name, folder in runs.items()}
+        for future in as_completed(futures):
+            name = futures[future]
+            results[name] = future.result()
+            print_run(name, results[name])
+    return results
+
+
 def print_run(name: str, result: dict) -> None:
     def number(value) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
@@ -111,23 +133,30 @@ def main() -> int:
     parser.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated (default: every method)")
     parser.add_argument("--random-orders", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: follow the load)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs measured at a time, each in its own process")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more")
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in ALL_METHODS]
     if unknown:
         parser.error(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
-    results = {}
+    runs = {}
     for item in args.runs:
         name, _, folder = item.partition("=")
         if not folder:
             parser.error(f"{item!r}: give NAME=RUN_FOLDER")
-        results[name] = measure(name, Path(folder), args)
-        print_run(name, results[name])
+        runs[name] = Path(folder)
+    started = time.perf_counter()
+    results = measure_all(runs, args)
+    wall = time.perf_counter() - started
+    print(f"\n{len(results)} runs in {wall / 60:.1f} minutes ({args.jobs} at a time)")
     if args.json is not None:
         document = {"command": portable(" ".join(["python", "benchmarks/faithfulness.py", *sys.argv[1:]])),
                     "machine": machine("torch"), "default_methods_of_explain": list(DEFAULT_METHODS),
-                    "runs": portable(results)}
+                    "jobs": args.jobs, "wall_seconds": wall,
+                    "runs": portable({name: results[name] for name in runs})}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.json, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
         print(f"\nwrote {args.json}")

@@ -320,6 +320,8 @@ def print_tables(result: dict) -> None:
         rows = []
         for recipe in result["speed"]:
             for p in recipe["by_precision"]:
+                if "skipped" in p:  # fp16 on a CPU: said in one line when it was skipped
+                    continue
                 split = p["split_ms_per_step"]
                 rows.append([recipe["model"], p["precision"], p["first_epoch_target_tokens_per_s"],
                              p["target_tokens_per_s"], p["ms_per_step"],
