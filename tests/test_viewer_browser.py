@@ -78,6 +78,7 @@ def test_heatmap_has_one_cell_per_output_and_source_token(browser, viewer_page):
     assert count == len(first["src_tokens"]) * len(first["out_tokens"])
     # Examples build their heatmap when opened, and then have their own full grid too.
     browser.click("#expand-all")
+    browser.wait_for("[...document.querySelectorAll('details.example')].every(d => d.querySelector('td.cell'))")
     for number, example in enumerate(examples, start=1):
         cells = browser.evaluate(f"document.querySelectorAll('#example-{number} td.cell').length")
         assert cells == len(example["src_tokens"]) * len(example["out_tokens"])
@@ -151,6 +152,8 @@ def test_pointing_in_a_long_example_does_not_move_the_heatmap_under_the_pointer(
     if not browser.evaluate(f"document.getElementById('example-{number}').open"):
         browser.click(f"#example-{number} > summary")  # opened as a person opens it
     assert browser.evaluate(f"document.getElementById('example-{number}').open")
+    # the viewer builds an example's heatmap on its toggle event, which comes after the click
+    browser.wait_for(f"document.querySelectorAll('#example-{number} td.cell').length > 0")
     cells = browser.evaluate(f"document.querySelectorAll('#example-{number} td.cell').length")
     assert cells == len(long_example["src_tokens"]) * len(long_example["out_tokens"])
     # The example's top in view, readout above the heatmap: the first hover fills in the readout's
