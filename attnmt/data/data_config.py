@@ -26,6 +26,12 @@ pairs (Pharaoh ``i-j``, 0-based, source first, one line per line of the ``train`
 written by ``attnmt align``): with it, training guides the attention towards them
 (``attnmt.data.link_files``; weight and reading in the ``training:`` section).
 
+**Subword regularisation** (Kudo, 2018; ``attnmt.data.subword_sampling``): ``sampling_alpha``
+(null = off: every epoch trains on the best segmentation) draws, in every epoch, each training
+sentence's segmentation from its ``sampling_nbest`` (16) best with probability ∝ P(x)^α; 0 draws
+them uniformly, larger values stay closer to the best. Validation, test sets and translation
+always use the best segmentation. Needs ``tokenizer_type: unigram``.
+
 **Relative paths** (files and ``data_dir``) are resolved against ``base_dir``: the folder of the
 config file when the caller passes it to ``from_dict`` (the trainer does), else the current
 working directory at the time the split is read. A path that starts with ``$ATTNMT_DATA_DIR/``
@@ -48,6 +54,8 @@ from attnmt.errors import ConfigError
 from attnmt.runtime.checks import check_plain_name
 
 DATASETS = ("multi30k",)
+#: the most segmentations of a sentence subword sampling keeps (memory: about 4 bytes a piece each)
+MAX_SAMPLING_NBEST = 256
 MULTI30K_SPLIT_ALIASES = {"valid": "val", "test": "test_2016_flickr"}
 
 
@@ -69,6 +77,8 @@ class DataConfig:
     character_coverage: float = 1.0
     max_length: int | None = 100
     max_tokens: int = 4096
+    sampling_alpha: float | None = None
+    sampling_nbest: int = 16
     base_dir: str | None = field(default=None, compare=False)  # not a config key; see module docstring
 
     def __post_init__(self) -> None:
@@ -179,6 +189,26 @@ class DataConfig:
         if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0.98 <= coverage <= 1:
             raise ConfigError(f"data.character_coverage: must be a number from 0.98 to 1 (what sentencepiece "
                               f"accepts), got {coverage!r}")
+        self._check_sampling()
+
+    def _check_sampling(self) -> None:
+        """Subword regularisation: α, the n best, and what it cannot be combined with."""
+        alpha = self.sampling_alpha
+        if alpha is not None:
+            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 100:
+                raise ConfigError(f"data.sampling_alpha: must be a number from 0 to 100, or null for no sampling, "
+                                  f"got {alpha!r}")
+            self.sampling_alpha = float(alpha)
+        nbest = self.sampling_nbest
+        if isinstance(nbest, bool) or not isinstance(nbest, int) or not 2 <= nbest <= MAX_SAMPLING_NBEST:
+            raise ConfigError(f"data.sampling_nbest: must be an integer from 2 to {MAX_SAMPLING_NBEST}, got {nbest!r}")
+        if alpha is not None and self.tokenizer_type != "unigram":
+            raise ConfigError(f"data.sampling_alpha: samples segmentations of a unigram tokenizer; set "
+                              f"tokenizer_type: unigram or sampling_alpha: null (tokenizer_type is "
+                              f"{self.tokenizer_type!r})")
+        if alpha is not None and self.train_links is not None:
+            raise ConfigError("data.sampling_alpha: cannot be combined with train_links, whose links name the pieces "
+                              "of the best segmentation; set one of them to null")
 
     # ---- splits ------------------------------------------------------------------------------
 

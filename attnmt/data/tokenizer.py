@@ -80,6 +80,12 @@ class Tokenizer:
         """``encode`` for every text (one call into sentencepiece, much faster than a loop)."""
         return self._processor.encode(list(texts), out_type=int)
 
+    def nbest_with_scores(self, text: str, nbest: int) -> list[tuple[float, list[int]]]:
+        """The ``nbest`` best segmentations of ``text`` as ``(log P, ids)``, best first (a unigram
+        model's; for subword regularisation, ``attnmt.data.subword_sampling``)."""
+        result = self._processor.nbest_encode_as_proto(text, nbest_size=nbest)
+        return [(float(candidate.score), [piece.id for piece in candidate.pieces]) for candidate in result.nbests]
+
     def encode_pieces(self, text: str) -> list[str]:
         """The pieces of ``text`` as strings, e.g. ``['▁Ein', '▁Hund', '▁renn', 't', '.']``."""
         return self._processor.encode(text, out_type=str)

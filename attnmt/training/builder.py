@@ -28,6 +28,7 @@ from attnmt.data import (
     train_tokenizers,
 )
 from attnmt.data.link_files import AlignmentGuide, check_links_file
+from attnmt.data.subword_sampling import SegmentationSampler
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.models import build_model, check_model_fits, count_parameters
 from attnmt.models.common import default_layer, resolve_position
@@ -82,6 +83,7 @@ class TrainingParts:
     guide_position: tuple[int, int | None] | None = None  # 0-based (layer, head) the guide pulls
     attention_code: CodeRecord | None = None  # a user mechanism's code, kept in every checkpoint
     average: WeightAverage | None = None  # training.ema_decay: the average the run is validated with
+    segmentations: SegmentationSampler | None = None  # data.sampling_alpha: each epoch's train_src/train_tgt
     progress: Progress = field(default_factory=Progress)
     plateau: PlateauTracker = field(default_factory=PlateauTracker)
     window: RunningStatistics = field(default_factory=RunningStatistics)
@@ -153,6 +155,14 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
     train_ids = tokenizers.encode_corpus(train_corpus, max_length=data.max_length)
     if len(train_ids) == 0:
         raise ConfigError(f"data.max_length={data.max_length} drops every training pair")
+    segmentations = None
+    if data.sampling_alpha is not None:
+        say(f"subword sampling: the {data.sampling_nbest} best segmentations of {len(train_ids):,} training pairs "
+            f"(α = {data.sampling_alpha:g})")
+        segmentations = SegmentationSampler.for_pairs(
+            tokenizers.src, tokenizers.tgt, [train_corpus.src[k] for k in train_ids.indices],
+            [train_corpus.tgt[k] for k in train_ids.indices], nbest=data.sampling_nbest,
+            alpha=data.sampling_alpha, seed=training.seed, max_length=data.max_length)
     valid_ids = tokenizers.encode_corpus(valid_corpus)
     valid_batches = [batch.to(device) for batch in
                      make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False)]
@@ -189,6 +199,7 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
         guide_position=_guide_position(config, model) if guide is not None else None,
         progress=Progress(world_size=context.world_size),
         average=WeightAverage(model, training.ema_decay) if training.ema_decay is not None else None,
+        segmentations=segmentations,
     )
     if context.rank > 0:
         seed_everything(training.seed + 7919 * context.rank)  # other dropout masks on other ranks

@@ -186,6 +186,8 @@ class Trainer:
         """This rank's batches of the current epoch from ``batch_in_epoch`` on; False when a step or
         time limit stopped it (``progress.stop_reason`` says which)."""
         parts, progress, training, context = self._parts, self._parts.progress, self.config.training, self.context
+        if parts.segmentations is not None:  # subword sampling: this epoch's segmentation, a function of (seed, epoch)
+            parts.train_src, parts.train_tgt = parts.segmentations.epoch(progress.epoch)
         all_batches = batch_indices(
             [len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
             max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed, epoch=progress.epoch,
