@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from attnmt.models.common import at_least_float32
 
-__all__ = ["guided_alignment_loss", "select_attention", "token_losses"]
+__all__ = ["guided_alignment_loss", "select_attention", "symmetric_kl", "token_losses"]
 
 
 def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
@@ -55,6 +55,22 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
     with torch.no_grad():
         nll_sum = nll.sum().detach()
     return loss.sum(), nll_sum, int(gold.numel())
+
+
+def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
+    """R-Drop's divergence between two predictions of the same tokens, summed over the tokens::
+
+        Σ_n ½ [KL(p_n ‖ q_n) + KL(q_n ‖ p_n)] = Σ_n ½ Σ_v (p_nv − q_nv)(log p_nv − log q_nv)
+
+    with p = softmax(logits_a), q = softmax(logits_b); logits_a, logits_b: [N, V] (computed in at
+    least float32; float64 stays float64). Gradients flow into both (Liang et al., 2021).
+    """
+    if logits_a.shape != logits_b.shape or logits_a.dim() != 2:
+        raise ValueError(f"symmetric_kl: expected two [N, V] tensors of one shape, got {tuple(logits_a.shape)} "
+                         f"and {tuple(logits_b.shape)}")
+    log_p = F.log_softmax(at_least_float32(logits_a), dim=-1)
+    log_q = F.log_softmax(at_least_float32(logits_b), dim=-1)
+    return 0.5 * ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
 
 
 def select_attention(weights: torch.Tensor, layer: int, head: int | None) -> torch.Tensor:

@@ -82,6 +82,7 @@ TRAINING_RULES = {
     "warmup_steps": integer(0),
     "warmdown_share": number(above=0, at_most=1),
     "label_smoothing": number(at_least=0, below=1),
+    "rdrop_weight": number(at_least=0, at_most=100),
     "ema_decay": optional(number(above=0, below=1)),
     "lr_decay": number(above=0, at_most=1),
     "lr_patience": integer(0),
@@ -126,6 +127,10 @@ class TrainingConfig:
     warmup_steps             steps of warm-up (0 = none)
     warmdown_share           the share of the budget over which "warmdown" lets the lr fall
     label_smoothing          ε of the training loss; perplexity is always computed without it
+    rdrop_weight             R-Drop's α (Liang et al., 2021; attnmt.training.step): each batch passes
+                             twice, with two dropout masks, and the loss adds α/2 times the symmetric
+                             KL divergence of the two predictions (0 = off; a step costs about twice
+                             as much; it needs dropout to do anything)
     ema_decay                keep an exponential moving average of the weights with this decay
                              (e.g. 0.998; attnmt.training.averaging): validation, best.pt and every
                              command that reads the run use the average (null = none)
@@ -181,6 +186,7 @@ class TrainingConfig:
     warmup_steps: int = 0
     warmdown_share: float = 0.2
     label_smoothing: float = 0.1
+    rdrop_weight: float = 0.0
     ema_decay: float | None = None
     lr_decay: float = 0.5
     lr_patience: int = 0
@@ -217,7 +223,7 @@ class TrainingConfig:
         check_device_name(self.device, "training.device")
         check_precision(self.precision, "training.precision")
         # Integers are fine where floats are meant (YAML reads "1" as an int).
-        for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight", "warmdown_share"):
+        for key in ("lr", "label_smoothing", "lr_decay", "min_lr", "guide_weight", "warmdown_share", "rdrop_weight"):
             setattr(self, key, float(getattr(self, key)))
         for key in ("max_minutes", "clip_norm", "ema_decay"):
             if getattr(self, key) is not None:

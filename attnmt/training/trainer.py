@@ -493,7 +493,8 @@ def train_step(parts: TrainingParts, batch: Batch, global_tokens: int,
     training = parts.config.training
     parts.optimizer.zero_grad(set_to_none=True)
     stats = backward_on_batch(parts.ddp_model, batch, training.label_smoothing, global_tokens,
-                              parts.context.world_size, training.precision, guide, parts.scaler)
+                              parts.context.world_size, training.precision, guide, parts.scaler,
+                              training.rdrop_weight)
     return stats, optimizer_update(parts)
 
 

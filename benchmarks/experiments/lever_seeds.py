@@ -1,0 +1,103 @@
+"""Levers over seeds: each lever is a group of runs that differ from the base only in that lever and
+the seed, read from their run folders (no training here), as mean ± standard deviation.
+
+    PYTHONPATH=benchmarks python benchmarks/experiments/lever_seeds.py \
+        base=runs/ab/rnn5-base-s1,runs/ab/rnn5-base-s2,runs/ab/rnn5-base-s3:the recipe \
+        sampling=runs/ab/rnn5-a0.5-s1,...:data.sampling_alpha 0.5 \
+        --json benchmarks/results/recipes/rnn5_lever_seeds.json
+
+The first group is the baseline. For each group: the seeds, steps, median training target tokens/s,
+training minutes and, at the best checkpoint, validation perplexity; and validation BLEU with beam 5
+on the whole validation set, as ``attnmt evaluate RUN --split valid --beam 5`` wrote it (each run
+must have been scored so). The difference of each group's mean BLEU from the baseline's is given
+beside the larger of the two groups' standard deviations: a difference smaller than that spread is
+not an improvement. Prints a table; writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from attnmt.runs.folder import eval_json_path, read_saved_config
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
+
+from common import portable
+
+
+def spread(values: list[float], digits: int = 2) -> dict:
+    return {"mean": round(statistics.mean(values), digits),
+            "std": round(statistics.stdev(values), digits) if len(values) > 1 else 0.0,
+            "values": [round(v, digits) for v in values]}
+
+
+def read_run(run: Path) -> dict:
+    """One run's figures; SystemExit naming the run when it has not finished or not been scored."""
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file():
+        raise SystemExit(f"lever_seeds.py: {run}: no metrics.jsonl (not a run folder)")
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line]
+    summaries = [r for r in records if r["type"] == "summary"]
+    if not summaries:
+        raise SystemExit(f"lever_seeds.py: {run}: the training has not finished")
+    scored = eval_json_path(run, "val", beam=5)
+    if not scored.is_file():
+        raise SystemExit(f"lever_seeds.py: {run}: not scored; run attnmt evaluate {run} --split valid --beam 5")
+    summary = summaries[-1]
+    train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
+    config = read_saved_config(run)
+    return {
+        "run": str(run), "seed": config["training"]["seed"], "steps": summary["step"],
+        "minutes": round(summary["elapsed"] / 60, 2), "stop_reason": summary.get("stop_reason"),
+        "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") else None,
+        "tokens_per_s_median": round(train[len(train) // 2]),
+        "best_val_ppl": round(summary["best_val_ppl"], 3),
+        "valid_bleu_beam5": round(json.loads(scored.read_text(encoding="utf-8"))["bleu"], 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("groups", nargs="+", metavar="NAME=RUN,RUN,...[:WHAT]")
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--note", default="", help="how the runs were made (recorded in the JSON)")
+    args = parser.parse_args()
+    groups = []
+    for item in args.groups:
+        name, _, rest = item.partition("=")
+        paths, _, what = rest.partition(":")
+        if not name or not paths:
+            parser.error(f"{item!r}: expected NAME=RUN,RUN,...[:WHAT]")
+        runs = [read_run(Path(path)) for path in paths.split(",")]
+        groups.append({
+            "name": name, "what": what, "seeds": [r["seed"] for r in runs], "runs": runs,
+            "steps": spread([r["steps"] for r in runs], 0),
+            "tokens_per_s": spread([r["tokens_per_s_median"] for r in runs], 0),
+            "minutes": spread([r["minutes"] for r in runs]),
+            "best_val_ppl": spread([r["best_val_ppl"] for r in runs]),
+            "valid_bleu_beam5": spread([r["valid_bleu_beam5"] for r in runs]),
+        })
+    base = groups[0]["valid_bleu_beam5"]
+    rows = []
+    for group in groups:
+        bleu = group["valid_bleu_beam5"]
+        group["difference"] = round(bleu["mean"] - base["mean"], 2)
+        group["spread"] = max(bleu["std"], base["std"])
+        group["beyond_spread"] = group is not groups[0] and abs(group["difference"]) > group["spread"]
+        rows.append([group["name"], group["what"], ",".join(map(str, group["seeds"])),
+                     f"{group['steps']['mean']:,.0f}", f"{group['tokens_per_s']['mean']:,.0f}",
+                     f"{group['best_val_ppl']['mean']:.2f} ± {group['best_val_ppl']['std']:.2f}",
+                     f"{bleu['mean']:.2f} ± {bleu['std']:.2f}", f"{group['difference']:+.2f}"])
+    print(format_table(["lever", "what changed", "seeds", "steps", "tokens/s", "val ppl", "val BLEU, beam 5",
+                        "vs first"], rows))
+    write_text_atomic(args.json, json.dumps(portable({"note": args.note, "groups": groups}), indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
