@@ -27,6 +27,18 @@ def test_every_recipe_loads_and_validates(path):
     assert config.training.max_minutes is None or config.training.max_minutes > 0
 
 
+def test_every_option_is_in_the_config_reference():
+    """The reference of the data and training options is their docstrings: each key is named there."""
+    from dataclasses import fields
+
+    import attnmt.data.data_config as data_config
+    from attnmt.runs.run_config import TrainingConfig
+
+    assert [f.name for f in fields(TrainingConfig) if f"\n    {f.name} " not in TrainingConfig.__doc__] == []
+    doc = data_config.__doc__
+    assert [key for key in data_config.DataConfig.keys() if f"``{key}``" not in doc and f" {key}: " not in doc] == []
+
+
 def test_hansards_french_to_english_mirrors_english_to_french():
     forward = load_config(CONFIGS / "hansards_rnn.yaml").to_dict()
     reverse = load_config(CONFIGS / "hansards_rnn_fr_en.yaml").to_dict()

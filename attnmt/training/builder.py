@@ -8,6 +8,7 @@ weights whatever else changes.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -157,12 +158,13 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
         raise ConfigError(f"data.max_length={data.max_length} drops every training pair")
     segmentations = None
     if data.sampling_alpha is not None:
-        say(f"subword sampling: the {data.sampling_nbest} best segmentations of {len(train_ids):,} training pairs "
-            f"(α = {data.sampling_alpha:g})")
+        started = time.perf_counter()
         segmentations = SegmentationSampler.for_pairs(
             tokenizers.src, tokenizers.tgt, [train_corpus.src[k] for k in train_ids.indices],
             [train_corpus.tgt[k] for k in train_ids.indices], nbest=data.sampling_nbest,
             alpha=data.sampling_alpha, seed=training.seed, max_length=data.max_length)
+        say(f"subword sampling (α = {data.sampling_alpha:g}): the {data.sampling_nbest} best segmentations of "
+            f"{len(train_ids):,} training pairs found in {time.perf_counter() - started:.1f} s")
     valid_ids = tokenizers.encode_corpus(valid_corpus)
     valid_batches = [batch.to(device) for batch in
                      make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False)]
