@@ -110,3 +110,28 @@ def test_a_run_with_rdrop_trains_and_differs(tmp_path):
         runs[weight] = run_trainer(tmp_path, config, out=f"w{weight}")
     losses = {w: [r["loss"] for r in result.history if r["type"] == "train"] for w, result in runs.items()}
     assert all(np.isfinite(losses[1.0])) and losses[1.0] != losses[0.0]
+
+
+def test_with_a_guide_rdrop_guides_the_first_copy_only():
+    """Without dropout the two copies are one: the guided R-Drop step equals the guided plain step."""
+    from attnmt.training import GuideBatch
+
+    config = RunConfig.from_dict({"data": {"train": ["a", "b"]}, "model": {
+        "type": "transformer", "dropout": 0.0, "attention_dropout": 0.0, "d_model": 16, "num_heads": 4,
+        "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 2}}).model
+    torch.manual_seed(0)
+    model = build_model(config, 30, 30).double()
+    rng = np.random.default_rng(1)
+    src = [list(rng.integers(4, 30, size=n)) for n in (3, 5, 1)]
+    tgt = [list(rng.integers(4, 30, size=n)) for n in (4, 2, 1)]
+    [batch] = make_batches(src, tgt, max_tokens=1000, shuffle=False)
+    raw = torch.rand(batch.tgt_in.shape[0], batch.tgt_in.shape[1], batch.src.shape[1], dtype=torch.float64)
+    target = raw * batch.src_mask[:, None, :]
+    guide = GuideBatch(target / target.sum(-1, keepdim=True), 0.5, 1, None)
+    plain = backward_on_batch(model, batch, 0.1, batch.num_tgt_tokens, guide=guide)
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    twice = backward_on_batch(model, batch, 0.1, batch.num_tgt_tokens, guide=guide, rdrop_weight=3.0)
+    assert float(twice.guide_sum) == pytest.approx(float(plain.guide_sum), rel=1e-12)
+    for mine, reference in zip((p.grad for p in model.parameters()), expected):
+        torch.testing.assert_close(mine, reference, rtol=1e-10, atol=1e-13)
