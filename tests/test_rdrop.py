@@ -46,9 +46,10 @@ def test_symmetric_kl_equals_the_float64_loop(scale):
         symmetric_kl(torch.zeros(2, 3), torch.zeros(3, 3))
 
 
-def _model_and_batch(dropout: float):
-    config = RunConfig.from_dict({"data": {"train": ["a", "b"]}, "model": {
-        "type": "rnn", "embed_dim": 12, "hidden_dim": 16, "dropout": dropout, "attention": "general"}}).model
+def _model_and_batch(dropout: float, **model_options):
+    """A float64 model (an RNN unless ``model_options`` say otherwise) and one batch of three pairs."""
+    options = model_options or {"type": "rnn", "embed_dim": 12, "hidden_dim": 16, "attention": "general"}
+    config = RunConfig.from_dict({"data": {"train": ["a", "b"]}, "model": {**options, "dropout": dropout}}).model
     torch.manual_seed(0)
     model = build_model(config, 30, 30).double()
     rng = np.random.default_rng(0)
@@ -116,15 +117,8 @@ def test_with_a_guide_rdrop_guides_the_first_copy_only():
     """Without dropout the two copies are one: the guided R-Drop step equals the guided plain step."""
     from attnmt.training import GuideBatch
 
-    config = RunConfig.from_dict({"data": {"train": ["a", "b"]}, "model": {
-        "type": "transformer", "dropout": 0.0, "attention_dropout": 0.0, "d_model": 16, "num_heads": 4,
-        "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 2}}).model
-    torch.manual_seed(0)
-    model = build_model(config, 30, 30).double()
-    rng = np.random.default_rng(1)
-    src = [list(rng.integers(4, 30, size=n)) for n in (3, 5, 1)]
-    tgt = [list(rng.integers(4, 30, size=n)) for n in (4, 2, 1)]
-    [batch] = make_batches(src, tgt, max_tokens=1000, shuffle=False)
+    model, batch = _model_and_batch(0.0, type="transformer", attention_dropout=0.0, d_model=16, num_heads=4,
+                                    ffn_dim=32, encoder_layers=1, decoder_layers=2)
     raw = torch.rand(batch.tgt_in.shape[0], batch.tgt_in.shape[1], batch.src.shape[1], dtype=torch.float64)
     target = raw * batch.src_mask[:, None, :]
     guide = GuideBatch(target / target.sum(-1, keepdim=True), 0.5, 1, None)

@@ -22,7 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from attnmt.runs.folder import eval_json_path, read_saved_config
+from levers import summarize
+
+from attnmt.runs.folder import eval_json_path, read_saved_config, training_finished
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -36,28 +38,16 @@ def spread(values: list[float], digits: int = 2) -> dict:
 
 
 def read_run(run: Path) -> dict:
-    """One run's figures; SystemExit naming the run when it has not finished or not been scored."""
+    """One run's figures (``levers.summarize``, with its seed); SystemExit naming the run when it
+    has not finished or not been scored on the whole validation set."""
     metrics = run / "metrics.jsonl"
     if not metrics.is_file():
         raise SystemExit(f"lever_seeds.py: {run}: no metrics.jsonl (not a run folder)")
-    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line]
-    summaries = [r for r in records if r["type"] == "summary"]
-    if not summaries:
+    if not training_finished(run):
         raise SystemExit(f"lever_seeds.py: {run}: the training has not finished")
-    scored = eval_json_path(run, "val", beam=5)
-    if not scored.is_file():
+    if not eval_json_path(run, "val", beam=5).is_file():
         raise SystemExit(f"lever_seeds.py: {run}: not scored; run attnmt evaluate {run} --split valid --beam 5")
-    summary = summaries[-1]
-    train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
-    config = read_saved_config(run)
-    return {
-        "run": str(run), "seed": config["training"]["seed"], "steps": summary["step"],
-        "minutes": round(summary["elapsed"] / 60, 2), "stop_reason": summary.get("stop_reason"),
-        "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") else None,
-        "tokens_per_s_median": round(train[len(train) // 2]),
-        "best_val_ppl": round(summary["best_val_ppl"], 3),
-        "valid_bleu_beam5": round(json.loads(scored.read_text(encoding="utf-8"))["bleu"], 2),
-    }
+    return {"run": str(run), "seed": read_saved_config(run)["training"]["seed"], **summarize(run)}
 
 
 def main() -> int:
