@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train", "train a translator from a YAML config"),
     "evaluate": ("evaluate", "perplexity, BLEU and chrF of a trained run on a test split"),
     "translate": ("translate", "translate sentences with a trained run"),
+    "average": ("average", "average a run's kept checkpoints into RUN/averaged.pt"),
     "compare": ("compare", "train and evaluate several mechanisms over several seeds"),
     "check": ("check", "check that an attention mechanism, your own or built-in, has the properties every one must"),
     "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),

@@ -25,6 +25,7 @@ import argparse
 from pathlib import Path
 
 from attnmt.commands.options import (
+    add_checkpoint_option,
     add_device_option,
     add_precision_option,
     add_threads_option,
@@ -38,8 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test",
                         help="split to score: a Multi30k split name (test_2016_flickr, val, ...), or a name "
                              "from the config's data.test section; 'test' = the first test set (default)")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
-                        help="which checkpoint (default best)")
+    add_checkpoint_option(parser)
     parser.add_argument("--beam", type=int, nargs="+", default=None, metavar="K",
                         help="beam size (default: the run's search.beam, 1 = greedy); several sizes give "
                              "the beam-size table")

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from attnmt.commands.options import (
+    add_checkpoint_option,
     add_device_option,
     add_threads_option,
     add_trust_option,
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also keep attention, attributions and figures in FILE (.jsonl or .npz; read it "
                              "with attnmt.load_attention)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"], help="which checkpoint")
+    add_checkpoint_option(parser)
     add_device_option(parser)
     add_trust_option(parser)
     add_threads_option(parser)

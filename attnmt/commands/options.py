@@ -22,6 +22,11 @@ class Options(Protocol):
     def add_argument(self, *names: str, **options: Any) -> Any: ...
 
 
+def add_checkpoint_option(parser: Options) -> None:
+    parser.add_argument("--checkpoint", default="best", choices=["best", "last", "averaged"],
+                        help="which checkpoint: best (the default), last, or averaged (written by attnmt average)")
+
+
 def add_device_option(parser: Options, default_from: str = "the run's search.device") -> None:
     parser.add_argument("--device", default=None, metavar="DEVICE",
                         help=f"where to run: {DEVICES_HELP}; default: {default_from}, else auto")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_trust_option, say
+from attnmt.commands.options import add_checkpoint_option, add_device_option, add_trust_option, say
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf", metavar="MODEL", action="append", default=[],
                         help="a Hugging Face translation model to serve beside the runs (repeatable; needs "
                              "pip install 'attnmt[hf]')")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
-                        help="which checkpoint (default best)")
+    add_checkpoint_option(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="the address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="the port (default 8000; 0: any free port)")

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from attnmt.commands.options import (
+    add_checkpoint_option,
     add_device_option,
     add_hf_option,
     add_precision_option,
@@ -46,8 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate (default: stdin)")
     parser.add_argument("--beam", type=int, default=None, metavar="K",
                         help="beam size (default: the run's search.beam, 1 = greedy)")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
-                        help="which checkpoint (default best)")
+    add_checkpoint_option(parser)
     parser.add_argument("--plot", type=Path, metavar="FILE",
                         help="write the attention heatmap of each sentence (.png/.svg/.pdf); with several "
                              "sentences FILE gets -1, -2, ... before its suffix")

@@ -25,6 +25,7 @@ import argparse
 from pathlib import Path
 
 from attnmt.commands.options import (
+    add_checkpoint_option,
     add_device_option,
     add_hf_option,
     add_saliency_options,
@@ -45,8 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the first N sentences of the split (default 50)")
     parser.add_argument("--beam", type=int, default=None, metavar="K",
                         help="beam size (default: the run's search.beam, 1 = greedy)")
-    parser.add_argument("--checkpoint", default="best", choices=["best", "last"],
-                        help="which checkpoint (default best)")
+    add_checkpoint_option(parser)
     parser.add_argument("--out", type=Path, metavar="FILE", help="the HTML file (default RUN/view-<split>.html)")
     parser.add_argument("--overwrite", action="store_true", help="replace the HTML file if it exists")
     parser.add_argument("--pieces", action="store_true", help="show subword pieces instead of words")

@@ -55,6 +55,7 @@ OPTIONAL_KEYS = (
     "scaler",  # fp16 training's GradScaler state
     "attention_code",  # a user mechanism's CodeRecord (attnmt.attention.user): spec, file, SHA-256, text
     "weight_average",  # training.ema_decay: the weights being trained (``model`` holds their average)
+    "averaged_steps",  # attnmt average: the steps of the kept checkpoints whose mean ``model`` holds
 )
 
 

@@ -47,23 +47,24 @@ from attnmt.runtime.checks import check_plain_name
 from attnmt.runtime.reading import DataTooLarge, read_text_bounded
 
 __all__ = [
-    "BEST", "CONFIG_FILE", "LAST", "LOCK", "MACHINE_FIELDS", "METRICS", "RESUMABLE_CHANGES", "append_metrics",
-    "beam_table_path", "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path", "hyps_path",
+    "AVERAGED", "BEST", "CONFIG_FILE", "LAST", "LOCK", "MACHINE_FIELDS", "METRICS", "RESUMABLE_CHANGES",
+    "append_metrics", "beam_table_path", "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path",
+    "hyps_path",
     "machine_free", "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished",
     "with_old_defaults", "write_metrics", "writer_lock",
 ]
 
-LAST, BEST = "last.pt", "best.pt"
+LAST, BEST, AVERAGED = "last.pt", "best.pt", "averaged.pt"
 METRICS = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
-CHECKPOINT_NAMES = {"best": BEST, "last": LAST}
+CHECKPOINT_NAMES = {"best": BEST, "last": LAST, "averaged": AVERAGED}  # averaged: attnmt average
 CODE_COPY, CODE_RECORD = "user_attention.py", "user_attention.json"  # a user mechanism's code, as trained
 LOCK = ".attnmt.lock"  # held by the process writing into a folder (train, compare)
 
 # Training keys a resumed run may change: the limits, how often it reports, and where it runs.
 RESUMABLE_CHANGES = {
     "max_epochs", "max_steps", "max_minutes", "log_every", "checkpoint_every", "num_threads",
-    "bleu_max_sentences", "examples", "device",
+    "bleu_max_sentences", "examples", "device", "keep_checkpoints",
 }
 
 
@@ -71,13 +72,16 @@ RESUMABLE_CHANGES = {
 
 
 def checkpoint_path(run: str | Path, checkpoint: str = "best") -> Path:
-    """The checkpoint file of a run folder (``best``/``last``), or ``run`` itself when it is a file."""
+    """The checkpoint file of a run folder (``best``/``last``/``averaged``), or ``run`` itself when it is a file."""
     run = Path(run)
     if run.is_file():
         return run
     if not run.exists():
         raise CheckpointError(f"{run}: no such run folder or checkpoint file")
     path = run / CHECKPOINT_NAMES.get(checkpoint, checkpoint)
+    if not path.is_file() and checkpoint == "averaged":
+        raise CheckpointError(f"{path}: checkpoint not found; average the run's kept checkpoints first: "
+                              f"attnmt average {run}")
     if not path.is_file():
         other = [name for name, file in CHECKPOINT_NAMES.items() if (run / file).is_file() and name != checkpoint]
         hint = f"; this run has {' and '.join(other)} (use checkpoint={other[0]})" if other else \

@@ -60,6 +60,7 @@ __all__ = ["MAX_LEN_A", "MAX_LEN_B", "SAVED_BEFORE_OPTIONS", "RunConfig", "Searc
            "apply_overrides", "load_config", "with_old_defaults", "yaml_load"]
 
 SECTIONS = ("data", "model", "training", "search")
+MAX_KEPT_CHECKPOINTS = 100  # training.keep_checkpoints: files in RUN/checkpoints
 LR_SCHEDULES = ("constant", "inverse_sqrt", "cosine", "warmdown")
 #: how Adam updates the weights (``training.adam``); "pytorch" is what runs saved before the option used
 ADAM_FORMS = ("fused", "foreach", "for_loop", "pytorch")
@@ -73,6 +74,7 @@ TRAINING_RULES = {
     "log_every": integer(1),
     "eval_every": integer(1),
     "checkpoint_every": integer(1),
+    "keep_checkpoints": integer(0, MAX_KEPT_CHECKPOINTS),
     "max_steps": optional(integer(1)),
     "num_threads": optional(integer(1, MAX_THREADS)),
     "max_minutes": optional(number(above=0)),
@@ -144,6 +146,9 @@ class TrainingConfig:
     log_every                write a ``train`` record to metrics.jsonl every this many steps
     eval_every               validate every this many epochs (and always after the last one)
     checkpoint_every         save the last checkpoint every this many steps (and after every epoch)
+    keep_checkpoints         also keep the weights being trained every checkpoint_every steps, the
+                             newest this many, in RUN/checkpoints/ (0 = none); ``attnmt average``
+                             averages them into RUN/averaged.pt (attnmt.runs.snapshots)
     num_threads              torch threads per process (null = $OMP_NUM_THREADS if set, else
                              cpu_count // world_size)
     bleu_max_sentences       greedy validation BLEU on the first this many validation sentences
@@ -195,6 +200,7 @@ class TrainingConfig:
     log_every: int = 50
     eval_every: int = 1
     checkpoint_every: int = 200
+    keep_checkpoints: int = 0
     num_threads: int | None = None
     bleu_max_sentences: int | None = None
     examples: int = 3

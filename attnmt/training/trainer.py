@@ -6,6 +6,7 @@
         for each batch of the epoch (this rank's share):
             lr ← schedule(step);  backward on the batch;  clip;  Adam step;  [weight average]
             every log_every steps: a "train" record;  every checkpoint_every steps: last.pt
+                (and with keep_checkpoints, the weights into RUN/checkpoints/step-<step>.pt)
         every eval_every epochs: validate (perplexity, greedy BLEU, the on_validation hooks);
             the plateau tracker decides best.pt, lr decay and early stopping
         last.pt
@@ -39,6 +40,7 @@ from attnmt.evaluation.scores import bleu, likelihood_sums, perplexity_from_sums
 from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
+from attnmt.runs.snapshots import prune_snapshots, snapshot_path
 from attnmt.runtime.allocator import keep_freed_memory, resident_bytes
 from attnmt.runtime.precision import effective_precision
 from attnmt.training.builder import TrainingParts, build_training
@@ -156,6 +158,8 @@ class Trainer:
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
         if parts.resumed:
             self._last_saved, self._last_saved_step = progress.position(), progress.step
+            if self.context.is_main:  # kept weights of steps after last.pt's are trained again
+                prune_snapshots(self.run_dir, training.keep_checkpoints, after_step=progress.step)
         progress.stop_reason = None
         while progress.stop_reason is None:
             if training.early_stopping_patience is not None and plateau.stale >= training.early_stopping_patience:
@@ -222,6 +226,7 @@ class Trainer:
                     self._log_window()
                 if progress.step % training.checkpoint_every == 0:
                     self._save_last()
+                    self._keep_snapshot()
         finally:
             if bar is not None:
                 bar.close()
@@ -438,6 +443,16 @@ class Trainer:
             save_checkpoint(self._checkpoint(with_training_state=True, rng_states=rng_states), self.run_dir / LAST)
         self._last_saved = self._parts.progress.position()
         self._last_saved_step = self._parts.progress.step
+
+    def _keep_snapshot(self) -> None:
+        """training.keep_checkpoints: the weights being trained (θ, not the moving average) into
+        RUN/checkpoints/, and only the newest keep_checkpoints of them kept (attnmt.runs.snapshots)."""
+        keep = self.config.training.keep_checkpoints
+        if keep == 0 or not self.context.is_main:
+            return
+        path = snapshot_path(self.run_dir, self._parts.progress.step)
+        save_checkpoint(self._checkpoint(with_training_state=False), path)
+        prune_snapshots(self.run_dir, keep)
 
     def _check_finite(self, what: str, value: float | None = None) -> None:
         """TrainingDiverged (one line) when ``value`` (None: every weight) is not finite: nothing more
