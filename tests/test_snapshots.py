@@ -117,7 +117,17 @@ def test_prune_keeps_the_newest_and_drops_steps_a_resume_trains_again(tmp_path):
     (tmp_path / "checkpoints" / "notes.txt").write_text("mine")
     assert prune_snapshots(tmp_path, keep=2, after_step=15) == [5, 20, 25]
     assert [step for step, _ in list_snapshots(tmp_path)] == [10, 15]
+    assert prune_snapshots(tmp_path, keep=None) == []
+    assert prune_snapshots(tmp_path, keep=0) == [10, 15]
     assert (tmp_path / "checkpoints" / "notes.txt").read_text() == "mine"
+
+
+def test_a_run_resumed_with_fewer_kept_checkpoints_deletes_none_before_its_next(kept_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(kept_run, run)
+    config = toy_run_config(tmp_path, max_epochs=10, max_steps=22, keep_checkpoints=0, ema_decay=0.9)
+    run_trainer(tmp_path, config, resume=True)
+    assert [step for step, _ in list_snapshots(run)] == [10, 15, 20]
 
 
 def test_a_resumed_run_drops_the_snapshots_of_steps_it_trains_again(kept_run, tmp_path):

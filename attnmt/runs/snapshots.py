@@ -47,13 +47,13 @@ def list_snapshots(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def prune_snapshots(run_dir: str | Path, keep: int, after_step: int | None = None) -> list[int]:
-    """Delete the snapshots beyond the newest ``keep``, and (``after_step``) those of steps after it:
-    a resumed run trains those steps again. Returns the deleted steps."""
+def prune_snapshots(run_dir: str | Path, keep: int | None, after_step: int | None = None) -> list[int]:
+    """Delete the snapshots beyond the newest ``keep`` (None = keep them all), and (``after_step``)
+    those of steps after it: a resumed run trains those steps again. Returns the deleted steps."""
     snapshots = list_snapshots(run_dir)
     stale = [(step, path) for step, path in snapshots if after_step is not None and step > after_step]
     current = [entry for entry in snapshots if entry not in stale]
-    doomed = stale + (current[:-keep] if keep > 0 else current)
+    doomed = stale + (current[:len(current) - keep] if keep is not None and keep < len(current) else [])
     for _, path in doomed:
         path.unlink(missing_ok=True)
     return sorted(step for step, _ in doomed)

@@ -159,7 +159,7 @@ class Trainer:
         if parts.resumed:
             self._last_saved, self._last_saved_step = progress.position(), progress.step
             if self.context.is_main:  # kept weights of steps after last.pt's are trained again
-                prune_snapshots(self.run_dir, training.keep_checkpoints, after_step=progress.step)
+                prune_snapshots(self.run_dir, keep=None, after_step=progress.step)
         progress.stop_reason = None
         while progress.stop_reason is None:
             if training.early_stopping_patience is not None and plateau.stale >= training.early_stopping_patience:
