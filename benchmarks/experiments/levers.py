@@ -42,6 +42,7 @@ def summarize(run: Path) -> dict:
         "target_tokens": summary.get("target_tokens"), "tokens_per_s_median": round(train[len(train) // 2]),
         "best_val_ppl": round(summary["best_val_ppl"], 2), "best_val_bleu": round(summary["best_val_bleu"], 2),
         "minutes_to_best": round(summary["best_elapsed"] / 60, 2) if summary.get("best_elapsed") else None,
+        "best_epoch": summary.get("best_epoch"), "stop_reason": summary.get("stop_reason"),
         "warmdown_share": (config["training"].get("warmdown_share")
                            if config["training"].get("lr_schedule") == "warmdown" else None),
         "ema_decay": config["training"].get("ema_decay"),
