@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
+from lever_seeds import spread
+
 from attnmt.evaluation.evaluate import evaluate_run
-from attnmt.runs.checkpoint import save_checkpoint
 from attnmt.runs.folder import eval_json_path, read_saved_config, training_finished
-from attnmt.runs.snapshots import average_snapshots, list_snapshots
+from attnmt.runs.snapshots import list_snapshots, write_average
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -47,9 +47,7 @@ def scored_best(run: Path) -> float:
 
 def score_average(run: Path, last: int, work: Path) -> dict:
     """The mean of the newest ``last`` snapshots, written under ``work`` and scored on validation."""
-    folder = work / f"{run.name}-mean{last}"
-    checkpoint, steps = average_snapshots(run, last)
-    path = save_checkpoint(checkpoint, folder / "averaged.pt")
+    path, steps = write_average(run, work / f"{run.name}-mean{last}" / "averaged.pt", last)
     evaluation = evaluate_run(path, split="valid", beam=5)
     return {"last": last, "steps": steps, "bleu": round(evaluation.report["bleu"], 2),
             "perplexity": round(evaluation.report["perplexity"], 2)}
@@ -66,11 +64,6 @@ def read_run(run: Path, lasts: list[int], work: Path) -> dict:
     return {"run": str(run), "seed": config["training"]["seed"], "ema_decay": config["training"]["ema_decay"],
             "checkpoint_every": config["training"]["checkpoint_every"], "best": scored_best(run),
             "means": [score_average(run, last, work) for last in [1, *lasts]]}
-
-
-def spread(values: list[float]) -> dict:
-    return {"mean": round(statistics.mean(values), 2),
-            "std": round(statistics.stdev(values), 2) if len(values) > 1 else 0.0, "values": values}
 
 
 def main() -> int:
