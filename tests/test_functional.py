@@ -198,6 +198,68 @@ def test_dropout_changes_the_output_but_not_the_returned_weights():
     assert not torch.allclose(fused_dropped, output)
 
 
+# --- bf16 on a CPU: float32 arithmetic in plain steps, not torch's fused kernel ----------------
+
+
+def _bf16_errors(seed, mask_kind, num_queries, num_keys, logit_scale, fused):
+    """Largest errors of bf16 attention's output and of the input gradients (relative to the largest
+    gradient, absolute where that is below 1) against float64 on the same rounded inputs, with
+    attnmt's path or torch's kernel."""
+    rng = np.random.default_rng(seed)
+    batch = (3, 2)
+    arrays = [rng.normal(size=(*batch, length, 16)) for length in (num_queries, num_keys, num_keys)]
+    arrays[0] = arrays[0] * logit_scale
+    inputs = [torch.tensor(a, dtype=torch.bfloat16) for a in arrays]
+    upstream = torch.tensor(rng.normal(size=(*batch, num_queries, 16)), dtype=torch.bfloat16)
+    mask = make_mask(mask_kind, np.random.default_rng(seed + 1), batch, num_queries, num_keys)
+    exact = [t.double().requires_grad_() for t in inputs]
+    expected, _ = scaled_dot_product_attention(*exact, mask, need_weights=True)
+    expected.backward(upstream.double())
+    rounded = [t.clone().requires_grad_() for t in inputs]
+    if fused:  # torch's kernel, with the empty rows attnmt zeroes given a key and zeroed after
+        has_key = torch.ones(1, dtype=torch.bool) if mask is None else mask.any(dim=-1, keepdim=True)
+        full = None if mask is None else mask | ~has_key
+        output = torch.nn.functional.scaled_dot_product_attention(*rounded, attn_mask=full).masked_fill(~has_key, 0)
+    else:
+        output, _ = scaled_dot_product_attention(*rounded, mask)
+    output.backward(upstream)
+    assert output.dtype == torch.bfloat16
+    output_error = (output.double() - expected).abs().max().item()
+    gradient_error = max((mine.grad.double() - theirs.grad).abs().max().item()
+                         / max(theirs.grad.abs().max().item(), 1.0) for mine, theirs in zip(rounded, exact))
+    return output_error, gradient_error
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "random", "padding+causal"])
+@pytest.mark.parametrize("num_queries, num_keys", [(1, 1), (7, 12), (30, 30)])
+@pytest.mark.parametrize("logit_scale", [1.0, 30.0])
+def test_bf16_attention_on_a_cpu_is_as_accurate_as_torch_s_kernel(mask_kind, num_queries, num_keys, logit_scale):
+    seed = 1000 * num_queries + num_keys
+    ours = _bf16_errors(seed, mask_kind, num_queries, num_keys, logit_scale, fused=False)
+    torchs = _bf16_errors(seed, mask_kind, num_queries, num_keys, logit_scale, fused=True)
+    # float32 inside, as torch's kernel: the same error up to the last bit of bf16 (2^-8 near 1).
+    assert ours[0] <= 1.25 * torchs[0] + 2**-8, (ours, torchs)
+    assert ours[1] <= 1.25 * torchs[1] + 2**-8, (ours, torchs)
+
+
+def test_bf16_attention_on_a_cpu_gives_zero_rows_for_nothing_to_attend_and_survives_huge_logits(monkeypatch):
+    def no_fused_kernel(*args, **kwargs):
+        raise AssertionError("torch's fused kernel called for bf16 on a CPU")
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_fused_kernel)
+    q = (torch.randn(2, 3, 4) * 1e4).to(torch.bfloat16).requires_grad_()  # scores up to about 1e5
+    k, v = torch.randn(2, 5, 4, dtype=torch.bfloat16), torch.randn(2, 5, 4, dtype=torch.bfloat16)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[1, 2] = False
+    mask[0, 0, 1:] = False  # one key: its value exactly
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, _ = scaled_dot_product_attention(q, k, v, mask, dropout_p=0.0)
+    assert output.dtype == torch.bfloat16 and torch.isfinite(output).all()
+    assert (output[1, 2] == 0).all() and torch.equal(output[0, 0], v[0, 0])
+    output.float().sum().backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[1, 2] == 0).all()
+
+
 # --- gradients ---------------------------------------------------------------------------------
 
 

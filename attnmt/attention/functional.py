@@ -205,11 +205,35 @@ CUDA_FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTIO
 
 def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
                      scale: float | None) -> torch.Tensor:
-    """``F.scaled_dot_product_attention``; on CUDA, without cuDNN's kernel (``CUDA_FUSED_BACKENDS``)."""
+    """``F.scaled_dot_product_attention``; on CUDA, without cuDNN's kernel (``CUDA_FUSED_BACKENDS``);
+    bf16 on a CPU in three plain steps instead (``_cpu_bf16_attention``)."""
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        return _cpu_bf16_attention(q, k, v, mask, dropout_p, scale)
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     with sdpa_kernel(CUDA_FUSED_BACKENDS):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
+def _cpu_bf16_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                        dropout_p: float, scale: float | None) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v for bf16 inputs on a CPU, in float32 and plain steps, rounded to bf16
+    at the end; shapes as ``scaled_dot_product_attention``.
+
+    PyTorch's fused CPU kernel is slow in bf16 under autograd: on the fifteen-minute Transformer's
+    shapes its forward and backward took three times as long as these steps, and nearly a third of
+    the recipe's training step went to its backward (docs/experiments.md, "A training step's
+    speed"). Float32 inside is what the fused kernel does too: the error against float64 is the
+    same (``tests/test_functional.py``). Rounding the scores to bf16 was faster still, and on large
+    logits twenty times less accurate. In float32 the fused kernel is the faster, and it stays.
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    with torch.autocast("cpu", enabled=False):  # autocast would take the products back to bf16
+        scores = _scaled_scores(q.float(), k.float(), scale)
+        weights = masked_softmax(scores, mask, dim=-1)
+        attended = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+        return torch.matmul(attended, v.float()).to(q.dtype)
 
 
 def scaled_dot_product_attention(
@@ -228,7 +252,8 @@ def scaled_dot_product_attention(
 
     Without ``need_weights`` this calls PyTorch's fused kernel
     (``torch.nn.functional.scaled_dot_product_attention``; on CUDA not cuDNN's, which plans every
-    new shape anew). With ``need_weights`` it runs an
+    new shape anew; for bf16 on a CPU, the same float32 arithmetic in plain steps, faster there).
+    With ``need_weights`` it runs an
     explicit matmul–softmax–matmul and returns the weights (before dropout). Both paths give the
     same output; rows with no allowed key give zero weights and a zero output.
     """
