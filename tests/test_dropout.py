@@ -1,4 +1,4 @@
-"""The byte dropout mask (attnmt.models.dropout) and the RNN's ``model.dropout_mask``."""
+"""The byte dropout mask (attnmt.models.dropout) and ``model.dropout_mask`` of the RNN and the Transformer."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from attnmt.errors import ConfigError
+from attnmt.models import dropout as dropout_module
 from attnmt.models.dropout import Dropout, byte_dropout, dropout
 from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
+from attnmt.models.transformer import Transformer, TransformerConfig
 
 
 def test_bytes_keep_each_element_with_probability_one_minus_k_over_256_and_scale_by_its_inverse():
@@ -99,3 +101,44 @@ def test_an_unknown_dropout_mask_is_a_config_error_naming_the_option():
     with pytest.raises(ConfigError, match=r"model.dropout_mask must be one of bernoulli, bytes; got 'uniform'"):
         RNNConfig(dropout_mask="uniform")
     assert RNNConfig().dropout_mask == "bernoulli"  # what every run before the option used
+
+
+def _small_transformer(mask: str) -> Transformer:
+    config = TransformerConfig(d_model=16, num_heads=2, ffn_dim=32, encoder_layers=2, decoder_layers=2,
+                               dropout=0.3, attention_dropout=0.0, dropout_mask=mask)
+    torch.manual_seed(0)
+    return Transformer(config, 30, 30)
+
+
+def test_a_transformer_draws_every_dropout_mask_from_bytes_and_none_at_evaluation(monkeypatch):
+    bernoulli, with_bytes = _small_transformer("bernoulli"), _small_transformer(" Bytes")
+    assert with_bytes.config.dropout_mask == "bytes"
+    assert TransformerConfig.from_dict(with_bytes.config.to_dict()) == with_bytes.config
+    masks = [module.mask for module in with_bytes.modules() if isinstance(module, Dropout)]
+    # 2 embeddings, 2 encoder layers × (2 residual blocks + the feed-forward block's), 2 decoder layers × (3 + 1)
+    assert masks == ["bytes"] * (2 + 2 * 3 + 2 * 4)
+    src = torch.randint(4, 30, (3, 6))
+    tgt = torch.randint(4, 30, (3, 5))
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    with_bytes.eval(), bernoulli.eval()
+    assert torch.equal(with_bytes(src, mask, tgt)[0], bernoulli(src, mask, tgt)[0])  # same weights, no dropout
+
+    def no_float_masks(*args, **kwargs):
+        raise AssertionError("F.dropout called under dropout_mask: bytes")
+
+    monkeypatch.setattr(dropout_module.F, "dropout", no_float_masks)
+    with_bytes.train()
+    first, second = with_bytes(src, mask, tgt)[0], with_bytes(src, mask, tgt)[0]
+    assert not torch.equal(first, second)  # the byte masks act, and only they
+    first.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in with_bytes.parameters())
+    bernoulli.train()
+    with pytest.raises(AssertionError, match="F.dropout called"):
+        bernoulli(src, mask, tgt)
+
+
+def test_a_transformer_keeps_torch_s_dropout_by_default_and_names_an_unknown_mask():
+    assert TransformerConfig().dropout_mask == "bernoulli"  # what every run before the option used
+    assert TransformerConfig.from_dict({"d_model": 16, "num_heads": 2}).dropout_mask == "bernoulli"
+    with pytest.raises(ConfigError, match=r"dropout_mask must be one of bernoulli, bytes, got 'uniform'"):
+        TransformerConfig(dropout_mask="uniform")

@@ -60,6 +60,7 @@ from attnmt.attention.user import build_user_score
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
 from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
+from attnmt.models.dropout import DROPOUT_MASKS, Dropout
 from attnmt.runtime.renames import renamed_keys
 
 __all__ = [
@@ -98,6 +99,8 @@ class TransformerConfig:
     decoder_layers:     N_dec, number of decoder layers
     dropout:            on embeddings+positions, on every sublayer output before the residual sum,
                         and on the feed-forward block's hidden activations
+    dropout_mask:       how those masks are drawn: "bernoulli" (F.dropout) or "bytes", cheaper on a
+                        CPU (``attnmt.models.dropout``); the attention weights' dropout is torch's
     attention_dropout:  on the attention weights
     positions:          "sinusoidal" (fixed, any length) or "learned" (at most max_positions)
     max_positions:      longest sequence with a learned position (sinusoids have no limit)
@@ -118,6 +121,7 @@ class TransformerConfig:
     encoder_layers: int = 3
     decoder_layers: int = 3
     dropout: float = 0.1
+    dropout_mask: str = "bernoulli"
     attention_dropout: float = 0.1
     positions: str = "sinusoidal"
     max_positions: int = 512
@@ -142,15 +146,7 @@ class TransformerConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"transformer model config: {name} must be a number in [0, 1), got {value!r}")
             setattr(self, name, float(value))
-        if self.positions not in POSITION_KINDS:
-            raise ConfigError(
-                f"transformer model config: positions must be one of {', '.join(POSITION_KINDS)}, "
-                f"got {self.positions!r}"
-            )
-        if self.norm not in NORM_KINDS:
-            raise ConfigError(
-                f"transformer model config: norm must be one of {', '.join(NORM_KINDS)}, got {self.norm!r}"
-            )
+        self._check_choices()
         for name in ("share_embeddings", "tie_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
@@ -162,6 +158,16 @@ class TransformerConfig:
                 "transformer model config: share_embeddings: true shares the output projection too, "
                 "so tie_output cannot be false"
             )
+
+    def _check_choices(self) -> None:
+        """dropout_mask (any case), positions and norm: each one of its kinds."""
+        if isinstance(self.dropout_mask, str):
+            self.dropout_mask = self.dropout_mask.strip().lower()
+        for name, kinds in (("dropout_mask", DROPOUT_MASKS), ("positions", POSITION_KINDS), ("norm", NORM_KINDS)):
+            if getattr(self, name) not in kinds:
+                raise ConfigError(
+                    f"transformer model config: {name} must be one of {', '.join(kinds)}, got {getattr(self, name)!r}"
+                )
 
     def _check_attention(self) -> None:
         """model.attention: scaled_dot or a user's class with score(q, k); its options a mapping."""
@@ -274,12 +280,13 @@ class Embeddings(nn.Module):
     the output projection) on the same scale as the positions, whose entries are of size 1.
     """
 
-    def __init__(self, tokens: nn.Embedding, positions: PositionalEncoding, dropout: float) -> None:
+    def __init__(self, tokens: nn.Embedding, positions: PositionalEncoding, dropout: float,
+                 dropout_mask: str = "bernoulli") -> None:
         super().__init__()
         self.tokens = tokens
         self.positions = positions
         self.scale = math.sqrt(tokens.embedding_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, dropout_mask)
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         embedded = self.tokens(ids)
@@ -298,11 +305,11 @@ class FeedForward(nn.Module):
     z: [B, L, d] -> [B, L, d]; W₁: d × ffn_dim, W₂: ffn_dim × d; applied to each position alike.
     """
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float) -> None:
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float, dropout_mask: str = "bernoulli") -> None:
         super().__init__()
         self.expand = nn.Linear(d_model, ffn_dim)
         self.contract = nn.Linear(ffn_dim, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, dropout_mask)
         for linear in (self.expand, self.contract):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -321,11 +328,11 @@ class Residual(nn.Module):
     the attention sublayers also return their weights and their cached keys and values.
     """
 
-    def __init__(self, d_model: int, dropout: float, norm: str) -> None:
+    def __init__(self, d_model: int, dropout: float, norm: str, dropout_mask: str = "bernoulli") -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
         self.pre_norm = norm == "pre"
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, dropout_mask)
 
     def before(self, z: torch.Tensor) -> torch.Tensor:
         return self.norm(z) if self.pre_norm else z
@@ -360,9 +367,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         d = config.d_model
         self.self_attention = _multi_head_attention(config)
-        self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
-        self.attention_block = Residual(d, config.dropout, config.norm)
-        self.feed_forward_block = Residual(d, config.dropout, config.norm)
+        self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout, config.dropout_mask)
+        self.attention_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
+        self.feed_forward_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         x = self.attention_block(x, lambda z: self.self_attention(z, z, z, key_padding_mask=src_mask)[0])
@@ -389,10 +396,10 @@ class DecoderLayer(nn.Module):
         d = config.d_model
         self.self_attention = _multi_head_attention(config)
         self.cross_attention = _multi_head_attention(config)
-        self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout)
-        self.self_attention_block = Residual(d, config.dropout, config.norm)
-        self.cross_attention_block = Residual(d, config.dropout, config.norm)
-        self.feed_forward_block = Residual(d, config.dropout, config.norm)
+        self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout, config.dropout_mask)
+        self.self_attention_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
+        self.cross_attention_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
+        self.feed_forward_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
 
     def forward(
         self,
@@ -526,10 +533,12 @@ class Transformer(nn.Module):
         target_tokens = self._token_embedding(tgt_vocab_size, d, pad_id)
         source_tokens = target_tokens if config.share_embeddings else self._token_embedding(src_vocab_size, d, pad_id)
         self.source_embeddings = Embeddings(
-            source_tokens, PositionalEncoding(config.positions, d, config.max_positions), config.dropout
+            source_tokens, PositionalEncoding(config.positions, d, config.max_positions), config.dropout,
+            config.dropout_mask,
         )
         self.target_embeddings = Embeddings(
-            target_tokens, PositionalEncoding(config.positions, d, config.max_positions), config.dropout
+            target_tokens, PositionalEncoding(config.positions, d, config.max_positions), config.dropout,
+            config.dropout_mask,
         )
 
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))

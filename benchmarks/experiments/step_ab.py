@@ -7,13 +7,17 @@ median target tokens/s, its ratio to the first value (the baseline), and how man
 
     PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever adam --json benchmarks/results/speed/step_ab_adam.json
     PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever dropout_mask --json benchmarks/results/speed/step_ab_dropout_mask.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever dropout_mask configs/multi30k_transformer_fast.yaml \\
+        --json benchmarks/results/speed/step_ab_dropout_mask_transformer.json
     PYTHONPATH=benchmarks python benchmarks/experiments/step_ab.py --lever cpu_bf16 configs/multi30k_rnn_fast.yaml --batches 20 --rounds 4 \\
         --json benchmarks/results/speed/step_ab_cpu_bf16.json
 
 Levers:
 - ``adam``: ``training.adam`` for_loop (what runs before the option used on a CPU), foreach, fused.
   Also times the optimizer's step alone, the median of 100 after 5.
-- ``dropout_mask``: ``model.dropout_mask`` bernoulli, bytes (RNN recipes).
+- ``dropout_mask``: ``model.dropout_mask`` bernoulli, bytes.
+- ``bf16_attention``: the Transformer's attention in bf16 on a CPU, in torch's fused kernel or in
+  attnmt's float32 plain steps (``attnmt.attention.functional``).
 - ``cpu_bf16``: a bf16 recipe's steps in bf16 (on) or in fp32 (off): what falling back to fp32 on a
   CPU without bf16 arithmetic gives (``attnmt.runtime.precision``; also records the CPU's flags).
 
@@ -35,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from attnmt.attention import functional
 from attnmt.data import batch_indices, collate
 from attnmt.models.dropout import Dropout
 from attnmt.runs.run_config import load_config
@@ -59,11 +64,24 @@ def use_adam(parts, form: str) -> None:
 
 
 def use_dropout_mask(parts, mask: str) -> None:
-    """Every dropout of an RNN translator draws ``mask`` from here on."""
+    """Every dropout of the translator (not the attention weights') draws ``mask`` from here on."""
     parts.model.config.dropout_mask = mask
     for module in parts.model.modules():
         if isinstance(module, Dropout):
             module.mask = mask
+
+
+_PLAIN_CPU_BF16_ATTENTION = functional._cpu_bf16_attention
+
+
+def _torch_fused_attention(q, k, v, mask, dropout_p, scale):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
+def use_bf16_attention(parts, kernel: str) -> None:
+    """Multi-head attention in bf16 on the CPU runs in torch's fused kernel ("fused", what every run
+    used before) or in attnmt's float32 plain steps ("plain", ``functional._cpu_bf16_attention``)."""
+    functional._cpu_bf16_attention = _torch_fused_attention if kernel == "fused" else _PLAIN_CPU_BF16_ATTENTION
 
 
 def use_cpu_bf16(parts, value: str) -> None:
@@ -74,7 +92,8 @@ def use_cpu_bf16(parts, value: str) -> None:
 
 LEVERS = {"adam": (("for_loop", "foreach", "fused"), use_adam),
           "dropout_mask": (("bernoulli", "bytes"), use_dropout_mask),
-          "cpu_bf16": (("on", "off"), use_cpu_bf16)}
+          "cpu_bf16": (("on", "off"), use_cpu_bf16),
+          "bf16_attention": (("fused", "plain"), use_bf16_attention)}
 
 
 def optimizer_step_ms(parts, forms: tuple[str, ...], calls: int = 100) -> dict[str, float]:
@@ -97,7 +116,7 @@ def measure(config_path: str, lever: str, batches_per_round: int, rounds: int, f
     values, switch = LEVERS[lever]
     config = load_config(PROJECT / config_path)
     if lever == "dropout_mask" and not hasattr(config.model, "dropout_mask"):
-        raise SystemExit(f"step_ab.py: {config_path}: --lever dropout_mask needs an RNN recipe (model.type: rnn)")
+        raise SystemExit(f"step_ab.py: {config_path}: its model has no dropout_mask option")
     parts = build_training(config, folder / "run", False, DistributedContext(), lambda message: None)
     model, training = parts.model, config.training
     model.train()
