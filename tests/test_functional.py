@@ -258,6 +258,8 @@ def test_bf16_attention_on_a_cpu_gives_zero_rows_for_nothing_to_attend_and_survi
     assert (output[1, 2] == 0).all() and torch.equal(output[0, 0], v[0, 0])
     output.float().sum().backward()
     assert torch.isfinite(q.grad).all() and (q.grad[1, 2] == 0).all()
+    dropped, _ = scaled_dot_product_attention(q.detach(), k, v, mask, dropout_p=0.5)  # on the weights
+    assert torch.isfinite(dropped).all() and not torch.equal(dropped, output.detach())
 
 
 # --- gradients ---------------------------------------------------------------------------------

@@ -221,11 +221,12 @@ def _cpu_bf16_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     at the end; shapes as ``scaled_dot_product_attention``.
 
     PyTorch's fused CPU kernel is slow in bf16 under autograd: on the fifteen-minute Transformer's
-    shapes its forward and backward took three times as long as these steps, and nearly a third of
-    the recipe's training step went to its backward (docs/experiments.md, "A training step's
-    speed"). Float32 inside is what the fused kernel does too: the error against float64 is the
-    same (``tests/test_functional.py``). Rounding the scores to bf16 was faster still, and on large
-    logits twenty times less accurate. In float32 the fused kernel is the faster, and it stays.
+    batches its forward and backward took five times as long as these steps, and a quarter of the
+    recipe's training step went to its backward (``benchmarks/experiments/bf16_attention.py``;
+    docs/experiments.md, "A training step's speed"). Float32 inside is what the fused kernel does
+    too: the error against float64 is the same (``tests/test_functional.py``). Rounding the scores
+    to bf16 was faster still, and on large logits far less accurate. In float32 the fused kernel is
+    the faster, and it stays.
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
