@@ -10,6 +10,7 @@ from attnmt.models import dropout as dropout_module
 from attnmt.models.dropout import Dropout, byte_dropout, dropout
 from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
 from attnmt.models.transformer import Transformer, TransformerConfig
+from attnmt.runs.run_config import load_config
 
 
 def test_bytes_keep_each_element_with_probability_one_minus_k_over_256_and_scale_by_its_inverse():
@@ -140,5 +141,14 @@ def test_a_transformer_draws_every_dropout_mask_from_bytes_and_none_at_evaluatio
 def test_a_transformer_keeps_torch_s_dropout_by_default_and_names_an_unknown_mask():
     assert TransformerConfig().dropout_mask == "bernoulli"  # what every run before the option used
     assert TransformerConfig.from_dict({"d_model": 16, "num_heads": 2}).dropout_mask == "bernoulli"
-    with pytest.raises(ConfigError, match=r"dropout_mask must be one of bernoulli, bytes, got 'uniform'"):
+    with pytest.raises(ConfigError, match=r"model.dropout_mask must be one of bernoulli, bytes, got 'uniform'"):
         TransformerConfig(dropout_mask="uniform")
+
+
+def test_a_transformer_option_set_on_the_command_line_is_blamed_on_the_set_not_the_recipe():
+    with pytest.raises(ConfigError) as caught:
+        load_config("multi30k_transformer_fast", set_options=["model.dropout_mask=gaussian"])
+    assert str(caught.value).startswith("set_options=model.dropout_mask=gaussian: transformer model config: "
+                                        "model.dropout_mask must be one of bernoulli, bytes"), str(caught.value)
+    with pytest.raises(ConfigError, match=r"^set_options=model.dropout=2: "):
+        load_config("multi30k_transformer_fast", set_options=["model.dropout=2"])

@@ -135,7 +135,7 @@ class TransformerConfig:
         for name in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-                raise ConfigError(f"transformer model config: {name} must be an integer from 1 to {MAX_SIZE:,}, "
+                raise ConfigError(f"transformer model config: model.{name} must be an integer from 1 to {MAX_SIZE:,}, "
                                   f"got {value!r}")
         if self.d_model % self.num_heads:
             raise ConfigError(
@@ -144,13 +144,13 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"transformer model config: {name} must be a number in [0, 1), got {value!r}")
+                raise ConfigError(f"transformer model config: model.{name} must be a number in [0, 1), got {value!r}")
             setattr(self, name, float(value))
         self._check_choices()
         for name in ("share_embeddings", "tie_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
-                    f"transformer model config: {name} must be true or false, got {getattr(self, name)!r}"
+                    f"transformer model config: model.{name} must be true or false, got {getattr(self, name)!r}"
                 )
         self._check_attention()
         if self.share_embeddings and not self.tie_output:
@@ -165,9 +165,8 @@ class TransformerConfig:
             self.dropout_mask = self.dropout_mask.strip().lower()
         for name, kinds in (("dropout_mask", DROPOUT_MASKS), ("positions", POSITION_KINDS), ("norm", NORM_KINDS)):
             if getattr(self, name) not in kinds:
-                raise ConfigError(
-                    f"transformer model config: {name} must be one of {', '.join(kinds)}, got {getattr(self, name)!r}"
-                )
+                raise ConfigError(f"transformer model config: model.{name} must be one of {', '.join(kinds)}, "
+                                  f"got {getattr(self, name)!r}")
 
     def _check_attention(self) -> None:
         """model.attention: scaled_dot or a user's class with score(q, k); its options a mapping."""
