@@ -225,8 +225,9 @@ def _cpu_bf16_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     recipe's training step went to its backward (``benchmarks/experiments/bf16_attention.py``;
     docs/experiments.md, "A training step's speed"). Float32 inside is what the fused kernel does
     too: the error against float64 is the same (``tests/test_functional.py``). Rounding the scores
-    to bf16 was faster still, and on large logits far less accurate. In float32 the fused kernel is
-    the faster, and it stays.
+    to bf16 was faster still, and on large logits far less accurate. float32 inputs keep the fused
+    kernel, so float32 outputs (translation's, by default) stay bit for bit what they were, though on
+    the same batches the plain steps were faster in float32 too.
     """
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])

@@ -11,7 +11,8 @@ a training step.
    (``attnmt.attention.functional._cpu_bf16_attention``, what it runs now), and the same steps with
    the scores rounded to bf16. Each gets its milliseconds (the median of the rounds, rounds taking
    turns) and the largest error of its output and gradients against float64 on the same rounded
-   inputs, with the queries scaled by 1 and by 30 (large logits).
+   inputs, with the queries scaled by 1 and by 30 (large logits). The same shapes in float32 time
+   torch's fused kernel against the plain steps there, which is why float32 keeps the fused kernel.
 2. **The step.** The trainer's own ``train_step`` on the recipe's batches under torch's profiler, with
    the fused kernel and then with the plain steps: the share of the step's CPU time in the fused
    kernel's forward and backward, and the step's milliseconds.
@@ -38,7 +39,7 @@ from step_ab import PROJECT, use_bf16_attention
 from torch.profiler import ProfilerActivity, profile
 
 from attnmt.attention import functional
-from attnmt.attention.functional import causal_mask, masked_softmax
+from attnmt.attention.functional import causal_mask, masked_softmax, scaled_dot_product_attention
 from attnmt.data import batch_indices, collate
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
@@ -66,7 +67,13 @@ def plain_bf16_scores(q, k, v, mask):
     return torch.matmul(masked_softmax(scores.float(), mask).to(v.dtype), v)
 
 
+def plain_steps(q, k, v, mask):
+    """attnmt's explicit matmul–softmax–matmul in the inputs' own type (float32 here)."""
+    return scaled_dot_product_attention(q, k, v, mask, need_weights=True)[0]
+
+
 KERNELS = {"torch fused": fused, "plain, float32": plain_float32, "plain, bf16 scores": plain_bf16_scores}
+FLOAT32_KERNELS = {"torch fused": fused, "plain steps": plain_steps}
 
 
 def attention_inputs(batch, heads: int, head_dim: int, logit_scale: float, generator: torch.Generator):
@@ -82,8 +89,7 @@ def attention_inputs(batch, heads: int, head_dim: int, logit_scale: float, gener
 def kernel_errors(kernel, inputs, upstream, mask) -> tuple[float, float]:
     """Largest |output − float64| and largest gradient error relative to the largest gradient."""
     exact = [t.double().requires_grad_() for t in inputs]
-    expected = torch.matmul(masked_softmax(torch.matmul(exact[0], exact[1].transpose(-2, -1))
-                                           / math.sqrt(exact[0].shape[-1]), mask), exact[2])
+    expected = plain_steps(*exact, mask)  # float64, tested against the NumPy reference
     expected.backward(upstream.double())
     rounded = [t.clone().requires_grad_() for t in inputs]
     output = kernel(*rounded, mask)
@@ -93,10 +99,9 @@ def kernel_errors(kernel, inputs, upstream, mask) -> tuple[float, float]:
     return (output.double() - expected).abs().max().item(), gradient
 
 
-def measure_kernels(batches, heads: int, head_dim: int, rounds: int) -> list[dict]:
-    generator = torch.Generator().manual_seed(0)
-    cases = [attention_inputs(batch, heads, head_dim, 1.0, generator) for batch in batches]
-
+def timed_rounds(kernels: dict, cases, rounds: int) -> dict[str, list[float]]:
+    """Milliseconds of forward and backward per case, each round every kernel over all cases, the
+    order reversed every other round."""
     def forward_backward(kernel) -> float:
         started = time.perf_counter()
         for inputs, upstream, mask in cases:
@@ -104,12 +109,31 @@ def measure_kernels(batches, heads: int, head_dim: int, rounds: int) -> list[dic
             kernel(*leaves, mask).backward(upstream)
         return (time.perf_counter() - started) / len(cases) * 1e3
 
-    for kernel in KERNELS.values():  # warm-up
+    for kernel in kernels.values():  # warm-up
         forward_backward(kernel)
-    times: dict[str, list[float]] = {name: [] for name in KERNELS}
+    times: dict[str, list[float]] = {name: [] for name in kernels}
     for round_index in range(rounds):
-        for name in KERNELS if round_index % 2 == 0 else list(KERNELS)[::-1]:
-            times[name].append(forward_backward(KERNELS[name]))
+        for name in kernels if round_index % 2 == 0 else list(kernels)[::-1]:
+            times[name].append(forward_backward(kernels[name]))
+    return times
+
+
+def measure_float32(batches, heads: int, head_dim: int, rounds: int) -> list[dict]:
+    """The same shapes in float32: torch's fused kernel against attnmt's plain steps."""
+    generator = torch.Generator().manual_seed(0)
+    cases = []
+    for batch in batches:
+        inputs, upstream, mask = attention_inputs(batch, heads, head_dim, 1.0, generator)
+        cases.append(([t.float() for t in inputs], upstream.float(), mask))
+    times = timed_rounds(FLOAT32_KERNELS, cases, rounds)
+    return [{"kernel": name, "ms_median": round(statistics.median(times[name]), 3),
+             "ms": [round(t, 3) for t in times[name]]} for name in FLOAT32_KERNELS]
+
+
+def measure_kernels(batches, heads: int, head_dim: int, rounds: int) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    cases = [attention_inputs(batch, heads, head_dim, 1.0, generator) for batch in batches]
+    times = timed_rounds(KERNELS, cases, rounds)
     results = []
     for name, kernel in KERNELS.items():
         errors = {}
@@ -159,6 +183,7 @@ def main() -> int:
         heads = config.model.num_heads
         print("the kernels ...", file=sys.stderr)
         kernels = measure_kernels(batches, heads, config.model.d_model // heads, args.rounds)
+        float32 = measure_float32(batches, heads, config.model.d_model // heads, args.rounds)
         print("the steps under the profiler ...", file=sys.stderr)
         steps = [profile_steps(parts, batches, kernel) for kernel in ("fused", "plain")]
         use_bf16_attention(parts, "plain")
@@ -169,13 +194,14 @@ def main() -> int:
         [[k["kernel"], k["ms_median"], f"{baseline / k['ms_median']:.2f}x",
           " / ".join(f"{e[0]:.4f}" for e in k["output_and_gradient_errors"].values()),
           " / ".join(f"{e[1]:.4f}" for e in k["output_and_gradient_errors"].values())] for k in kernels]))
+    print(format_table(["float32 inputs", "forward and backward ms"], [[k["kernel"], k["ms_median"]] for k in float32]))
     print(format_table(["attention in the step", "step ms", "fused kernel forward share", "its backward share"],
                        [[s["kernel"], s["step_ms"], *s["fused_kernel_share"].values()] for s in steps]))
     write_text_atomic(args.json, json.dumps(portable({
         "config": args.config, "threads": args.threads, "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(), "batches": len(batches),
         "batch_shapes": [list(batch.tgt_in.shape) for batch in batches],
-        "kernels": kernels, "steps": steps,
+        "kernels": kernels, "float32": float32, "steps": steps,
     }), indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
