@@ -1,25 +1,34 @@
-"""Adam's forms (attnmt.training.optimizer, ``training.adam``) against a float64 reference, and how a
-run keeps its form across a resume."""
+"""Adam's forms (attnmt.training.optimizer, ``training.adam``) and AdamW's decoupled weight decay
+(``training.weight_decay``) against a float64 reference, and how a run keeps them across a resume."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import yaml
 
+from attnmt.errors import ConfigError
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.runs.folder import read_saved_config, resolve_resume_config
-from attnmt.runs.run_config import ADAM_FORMS
+from attnmt.runs.run_config import ADAM_FORMS, TrainingConfig
 from attnmt.training.optimizer import build_adam, load_adam_state
 
+from helpers import comparable, run_trainer, tiny_run_config
 
-def reference_adam(weights, gradients, lr, steps, betas=(0.9, 0.999), eps=1e-8):
-    """Kingma & Ba (2015), Algorithm 1, in float64: the weights after ``steps`` updates."""
+
+def reference_adam(weights, gradients, lr, steps, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decays=()):
+    """Kingma & Ba (2015), Algorithm 1, in float64: the weights after ``steps`` updates; the weights
+    whose index is in ``decays`` first shrink by lr · weight_decay · w (Loshchilov & Hutter 2019)."""
     weights = [w.double().clone() for w in weights]
     first = [torch.zeros_like(w) for w in weights]
     second = [torch.zeros_like(w) for w in weights]
     for t in range(1, steps + 1):
         for i, w in enumerate(weights):
             g = gradients[t - 1][i].double()
+            if i in decays:
+                w -= lr * weight_decay * w
             first[i] = betas[0] * first[i] + (1 - betas[0]) * g
             second[i] = betas[1] * second[i] + (1 - betas[1]) * g * g
             corrected_first = first[i] / (1 - betas[0] ** t)
@@ -74,3 +83,61 @@ def test_a_run_saved_before_the_option_resumes_with_pytorchs_own_adam(tmp_path):
     new = {**old, "training": {**old["training"], "adam": "foreach"}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(new))
     assert read_saved_config(tmp_path)["training"]["adam"] == "foreach"
+
+
+@pytest.mark.parametrize("form", ADAM_FORMS)
+def test_weight_decay_is_adamw_on_the_matrices_only_to_float32_rounding(form):
+    generator = torch.Generator().manual_seed(12)
+    shapes = [(7, 5), (1,), (3, 1, 4), (6,)]
+    weights = [torch.randn(shape, generator=generator) for shape in shapes]
+    gradients = [[torch.randn(shape, generator=generator) * 10.0 ** (step % 4 - 2) for shape in shapes]
+                 for step in range(20)]
+    gradients[3][0].zero_()
+    model = torch.nn.ParameterList([torch.nn.Parameter(w.clone()) for w in weights])
+    optimizer = build_adam(model, 0.01, form, weight_decay=0.3)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    for step in range(20):
+        for parameter, gradient in zip(model, gradients[step]):
+            parameter.grad = gradient.clone()
+        optimizer.step()
+    expected = reference_adam(weights, gradients, 0.01, 20, weight_decay=0.3, decays=(0, 2))
+    plain = reference_adam(weights, gradients, 0.01, 20)
+    for index, (parameter, reference) in enumerate(zip(model, expected)):
+        assert torch.allclose(parameter.detach().double(), reference, rtol=0, atol=2e-6)
+        # the decay moves the matrices by far more than the rounding; the vectors not at all
+        moved = (reference - plain[index]).abs().max().item()
+        assert (moved > 1e-3) if index in (0, 2) else moved == 0.0
+
+
+def test_without_weight_decay_the_optimizer_is_plain_adam_with_one_group():
+    model = torch.nn.Linear(4, 3)
+    optimizer = build_adam(model, 0.1, "fused")
+    assert type(optimizer) is torch.optim.Adam and len(optimizer.param_groups) == 1
+    assert optimizer.param_groups[0]["weight_decay"] == 0
+    assert TrainingConfig().weight_decay == 0.0
+
+
+@pytest.mark.parametrize("value", [-0.1, 1, 1.5, "strong", True, math.nan])
+def test_weight_decay_out_of_range_is_one_line(value):
+    with pytest.raises(ConfigError, match=r"training\.weight_decay") as raised:
+        TrainingConfig.from_dict({"weight_decay": value})
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_run_with_weight_decay_differs_and_resumes_exactly(tmp_path):
+    config = tiny_run_config(tmp_path, train_pairs=120, max_epochs=2, weight_decay=0.1, bleu_max_sentences=0,
+                             examples=0, checkpoint_every=1000)
+    run_trainer(tmp_path, config, out="resumed")
+    config["training"]["max_epochs"] = 4
+    resumed = run_trainer(tmp_path, config, out="resumed", resume=True)
+    unbroken = run_trainer(tmp_path, config, out="unbroken")
+    assert comparable(resumed.history) == comparable(unbroken.history)
+    a = load_checkpoint(tmp_path / "resumed" / "last.pt", require_training_state=True)
+    b = load_checkpoint(tmp_path / "unbroken" / "last.pt", require_training_state=True)
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), name
+    assert [group["weight_decay"] for group in b["optimizer"]["param_groups"]] == [0.1, 0.0]
+    plain = run_trainer(tmp_path, {**config, "training": {**config["training"], "weight_decay": 0.0}}, out="plain")
+    assert [r["loss"] for r in plain.history if r["type"] == "train"] != \
+        [r["loss"] for r in unbroken.history if r["type"] == "train"]

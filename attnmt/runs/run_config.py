@@ -84,6 +84,7 @@ TRAINING_RULES = {
     "warmup_steps": integer(0),
     "warmdown_share": number(above=0, at_most=1),
     "label_smoothing": number(at_least=0, below=1),
+    "weight_decay": number(at_least=0, below=1),
     "rdrop_weight": number(at_least=0, at_most=100),
     "ema_decay": optional(number(above=0, below=1)),
     "lr_decay": number(above=0, at_most=1),
@@ -129,6 +130,9 @@ class TrainingConfig:
     warmup_steps             steps of warm-up (0 = none)
     warmdown_share           the share of the budget over which "warmdown" lets the lr fall
     label_smoothing          ε of the training loss; perplexity is always computed without it
+    weight_decay             λ of AdamW's decoupled weight decay (Loshchilov & Hutter 2019;
+                             attnmt.training.optimizer): each step every weight matrix and embedding
+                             table shrinks by lr · λ · θ; biases and LayerNorm gains do not (0 = plain Adam)
     rdrop_weight             R-Drop's α (Liang et al., 2021; attnmt.training.step): each batch passes
                              twice, with two dropout masks, and the loss adds α/2 times the symmetric
                              KL divergence of the two predictions (0 = off; a step costs about twice
@@ -191,6 +195,7 @@ class TrainingConfig:
     warmup_steps: int = 0
     warmdown_share: float = 0.2
     label_smoothing: float = 0.1
+    weight_decay: float = 0.0
     rdrop_weight: float = 0.0
     ema_decay: float | None = None
     lr_decay: float = 0.5

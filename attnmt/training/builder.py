@@ -191,7 +191,7 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
         raise ConfigError(f"model: the model this config describes does not fit in the memory of {device} "
                           f"({str(error).splitlines()[0][:160]}); make it smaller") from None
     _check_batch_memory(data.max_tokens, train_ids.src_ids, train_ids.tgt_ids, tokenizers.tgt.vocab_size, device)
-    optimizer = build_adam(model, training.lr, training.adam)
+    optimizer = build_adam(model, training.lr, training.adam, training.weight_decay)
     parts = TrainingParts(
         config=config, run_dir=run_dir, context=context, tokenizers=tokenizers,
         train_src=train_ids.src_ids, train_tgt=train_ids.tgt_ids, valid_corpus=valid_corpus,

@@ -15,6 +15,15 @@ For every weight θ with gradient g, at step t (β₁ = 0.9, β₂ = 0.999, ε =
 
 The forms round differently (float32 results differ by about 1e-7), so one seed trains slightly
 different numbers with each; their optimizer states are the same and load into one another.
+
+``training.weight_decay`` λ > 0 makes it AdamW (Loshchilov & Hutter 2019): before the update above,
+every weight matrix shrinks, decoupled from the gradient and its moments::
+
+    θ ← θ − α λ θ
+
+Only weights with two or more dimensions decay (matrices and embedding tables); biases and
+LayerNorm gains do not. With λ = 0 (the default, and every run saved before the option) the
+optimizer is plain Adam with one group of weights, as before.
 """
 
 from __future__ import annotations
@@ -33,9 +42,16 @@ def _form_options(form: str) -> dict[str, bool | None]:
     return {"foreach": {"foreach": True, "for_loop": False}.get(form), "fused": True if form == "fused" else None}
 
 
-def build_adam(model: torch.nn.Module, lr: float, form: str) -> torch.optim.Adam:
-    """Adam over ``model``'s parameters, in ``form`` (``ADAM_FORMS``)."""
-    return torch.optim.Adam(model.parameters(), lr=lr, **_form_options(form))  # type: ignore[arg-type]
+def build_adam(model: torch.nn.Module, lr: float, form: str, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """Adam over ``model``'s parameters, in ``form`` (``ADAM_FORMS``); AdamW with decoupled
+    ``weight_decay`` on the weight matrices when it is above 0."""
+    options = _form_options(form)
+    if weight_decay == 0.0:
+        return torch.optim.Adam(model.parameters(), lr=lr, **options)  # type: ignore[arg-type]
+    parameters = list(model.parameters())
+    groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, **options)  # type: ignore[arg-type]
 
 
 def load_adam_state(optimizer: torch.optim.Optimizer, state: dict, form: str) -> None:
