@@ -6,7 +6,8 @@ trained on it, a simulated full disk, and a headless browser.
 - ``tiny_run_config`` (a whole run config), ``tiny_rnn_config`` (a ``model:`` section) and
   ``tiny_transformer_config`` (a ``TransformerConfig``); ``TINY_MODELS`` for runs of each kind.
 - ``BigramToy``: a model with fixed bigram tables, for search.
-- ``run_trainer`` trains a config into a folder; ``comparable`` drops the timings of its records.
+- ``run_trainer`` trains a config into a folder; ``comparable`` drops the timings of its records;
+  ``train_stopped_and_unbroken`` trains one twice, stopped and resumed, and without a stop.
 - ``tolerance``: how closely two float32 paths to one result agree where the test runs.
 - ``FullDisk``: the writes into a folder fail with ENOSPC once a byte budget is spent.
 - ``Browser``: one page of the installed headless Chromium, driven by Playwright (typing, clicks and
@@ -30,6 +31,7 @@ from torch import nn
 
 from attnmt.data.toy import LEXICON, make_pairs, toy_run_config, write_corpus  # noqa: F401 (the tests' names)
 from attnmt.models.transformer import TransformerConfig
+from attnmt.runs.checkpoint import load_checkpoint
 from attnmt.runs.folder import MACHINE_FIELDS, machine_free  # noqa: F401 (the tests' names)
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.full_disk import FullDisk, disk_full  # noqa: F401 (the tests' names)
@@ -146,6 +148,21 @@ def run_trainer(folder: Path, config: dict, out: str = "run", resume: bool = Fal
     cfg = load_config(save_yaml(folder, config))
     return Trainer(cfg, folder / out, resume=resume, show_progress=False, verbose=False,
                    on_validation=FIGURES.on_validation).run()
+
+
+def train_stopped_and_unbroken(folder: Path, config: dict, first_epochs: int):
+    """Train ``config`` into ``folder/resumed`` for ``first_epochs`` epochs, then resume it to its
+    ``max_epochs``, and train it into ``folder/unbroken`` in one go. Returns both results and both
+    last checkpoints (with their training state), after checking their weights are equal."""
+    run_trainer(folder, {**config, "training": {**config["training"], "max_epochs": first_epochs}}, out="resumed")
+    resumed = run_trainer(folder, config, out="resumed", resume=True)
+    unbroken = run_trainer(folder, config, out="unbroken")
+    assert resumed.step == unbroken.step
+    a = load_checkpoint(folder / "resumed" / "last.pt", require_training_state=True)
+    b = load_checkpoint(folder / "unbroken" / "last.pt", require_training_state=True)
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), name
+    return resumed, unbroken, a, b
 
 
 # comparable: attnmt.runs.folder.machine_free (metric records without the machine's fields)

@@ -12,7 +12,7 @@ from attnmt.runs.run_config import TrainingConfig
 from attnmt.training import WeightAverage
 from attnmt.training.averaging import WARM_UP
 
-from helpers import comparable, run_trainer, tiny_run_config
+from helpers import comparable, run_trainer, tiny_run_config, train_stopped_and_unbroken
 
 
 def _model() -> torch.nn.Module:
@@ -69,18 +69,10 @@ def test_ema_decay_must_lie_between_0_and_1(value):
 
 @pytest.mark.slow
 def test_a_run_validates_and_saves_the_average_and_resumes_exactly(tmp_path):
-    config = tiny_run_config(tmp_path, train_pairs=120, max_epochs=2, ema_decay=0.9, bleu_max_sentences=0,
+    config = tiny_run_config(tmp_path, train_pairs=120, max_epochs=4, ema_decay=0.9, bleu_max_sentences=0,
                              examples=0, checkpoint_every=1000)
-    run_trainer(tmp_path, config, out="resumed")
-    config["training"]["max_epochs"] = 4
-    resumed = run_trainer(tmp_path, config, out="resumed", resume=True)
-    unbroken = run_trainer(tmp_path, config, out="unbroken")
-    assert resumed.step == unbroken.step
+    resumed, unbroken, _, b = train_stopped_and_unbroken(tmp_path, config, first_epochs=2)
     assert comparable(resumed.history) == comparable(unbroken.history)
-    a = load_checkpoint(tmp_path / "resumed" / "last.pt", require_training_state=True)
-    b = load_checkpoint(tmp_path / "unbroken" / "last.pt", require_training_state=True)
-    for name, tensor in b["model"].items():
-        assert torch.equal(a["model"][name], tensor), name
     trained = b["weight_average"]["training_weights"]
     assert b["weight_average"]["updates"] == unbroken.step
     assert any(not torch.equal(trained[name], b["model"][name]) for name in trained)  # model: the average
