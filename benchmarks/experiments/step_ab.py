@@ -59,7 +59,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 def use_adam(parts, form: str) -> None:
     """Adam in ``form`` from here on, with the state the optimizer had."""
     state = parts.optimizer.state_dict()
-    parts.optimizer = build_adam(parts.model, parts.config.training.lr, form)
+    parts.optimizer = build_adam(parts.model, parts.config.training.lr, form, parts.config.training.weight_decay)
     load_adam_state(parts.optimizer, state, form)
 
 
