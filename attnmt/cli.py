@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
 from attnmt.runtime.allocator import keep_freed_memory
+from attnmt.runtime.kernel_cache import enlarge_kernel_cache
 
 # command name -> (module under attnmt.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -284,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         return _help(parser, argv)
     show_warnings_in_one_line(args.command)
-    if argv is None and args.command in KEEP_FREED_MEMORY:  # attnmt is the process
-        keep_freed_memory()
+    if argv is None:  # attnmt is the process
+        enlarge_kernel_cache()  # before the command's first kernel (attnmt.runtime.kernel_cache)
+        if args.command in KEEP_FREED_MEMORY:
+            keep_freed_memory()
     return _run_command(args, argv)
 
 

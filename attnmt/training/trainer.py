@@ -42,6 +42,7 @@ from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
 from attnmt.runs.snapshots import prune_snapshots, snapshot_path
 from attnmt.runtime.allocator import keep_freed_memory, resident_bytes
+from attnmt.runtime.kernel_cache import enlarge_kernel_cache
 from attnmt.runtime.precision import effective_precision
 from attnmt.training.builder import TrainingParts, build_training
 from attnmt.training.distributed import DistributedContext, init_distributed
@@ -147,12 +148,13 @@ class Trainer:
     def _run(self) -> TrainResult:  # noqa: C901 (the training loop, kept whole so that it reads in one place)
         if self.config.training.tensorboard and self.context.is_main:
             TensorBoardLog.check_available()  # before minutes of preparation, not after
-        allocator = keep_freed_memory()
+        allocator, kernels = keep_freed_memory(), enlarge_kernel_cache()  # before the model's first kernel
         parts = self.parts = build_training(self.config, self.run_dir, self.resume, self.context, self._say,
                                             self.trust_run_code, self.named_attention)
         if parts.threads is not None:
             parts.threads.on_change = lambda threads, reason: self._say(f"step {parts.progress.step}: now {reason}")
         self._say(allocator.describe())
+        self._say(kernels.describe())
         if self.config.training.tensorboard and self.context.is_main:
             self._tensorboard = TensorBoardLog(self.run_dir)
         training, progress, plateau = self.config.training, parts.progress, parts.plateau
