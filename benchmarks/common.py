@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -121,3 +122,23 @@ def machine(*packages: str) -> str:
     """One line: the machine, Python, NumPy and the given packages' versions."""
     extra = "".join(f" {package} {package_version(package)}" for package in packages)
     return f"{platform.machine()} {platform.python_version()} numpy {np.__version__}{extra}"
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what ``platform`` says."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+
+
+def recipe_steps_parser(doc: str | None, batches_help: str) -> argparse.ArgumentParser:
+    """The options of a script that trains a recipe's step on the first batches of epoch 1: the
+    config, --batches, --threads and --json."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", nargs="?", default="configs/multi30k_rnn_fast.yaml")
+    parser.add_argument("--batches", type=int, default=300, help=f"{batches_help} (default 300)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, required=True)
+    return parser

@@ -18,7 +18,6 @@ first. Run it on an otherwise idle machine. Prints a table; writes the JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -33,7 +32,7 @@ from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.kernel_cache import KERNEL_CACHE_CAPACITY, KERNEL_CACHE_VARIABLE
 from attnmt.runtime.tables import format_table
 
-from common import portable
+from common import cpu_name, portable, recipe_steps_parser
 
 PROJECT = Path(__file__).resolve().parents[2]
 PASSES = 3
@@ -101,12 +100,8 @@ def run_passes(config: str, batches: int, threads: int, capacity: int, verbose: 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", default="configs/multi30k_rnn_fast.yaml")
-    parser.add_argument("--batches", type=int, default=300, help="batches of epoch 1 a pass trains on (default 300)")
+    parser = recipe_steps_parser(__doc__, "batches of epoch 1 a pass trains on")
     parser.add_argument("--rounds", type=int, default=2, help="timed processes of each capacity (default 2)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     capacities = (1024, KERNEL_CACHE_CAPACITY)
     timed: dict[int, list[dict]] = {capacity: [] for capacity in capacities}
@@ -134,18 +129,10 @@ def main() -> int:
     write_text_atomic(args.json, json.dumps(portable({
         "config": args.config, "batches": args.batches, "rounds": args.rounds, "threads": args.threads,
         "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-        "cpu": _cpu_name(), "results": results,
+        "cpu": cpu_name(), "results": results,
     }), indent=1) + "\n")
     print(f"wrote {args.json}")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return platform.processor()
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
 
 
 if __name__ == "__main__":
