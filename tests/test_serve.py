@@ -367,8 +367,8 @@ def test_ctrl_c_while_a_model_works_waits_for_it_and_exits_cleanly(runs):
         assert process.stdout is not None
         url = process.stdout.readline().split()[2]  # "attnmt serve: http://127.0.0.1:PORT/ (...)"
         host, port = url.split("//")[1].rstrip("/").split(":")
-        body = json.dumps({"sentence": " ".join([SENTENCE] * 6), "model": "run", "method": "integrated",
-                           "steps": 64}).encode()
+        body = json.dumps({"sentence": " ".join([SENTENCE] * 4), "model": "run", "method": "integrated",
+                           "steps": 16}).encode()
         connection = http.client.HTTPConnection(host, int(port), timeout=60)
         connection.request("POST", "/api/saliency", body=body,
                            headers={"Content-Type": "application/json", "Host": f"{host}:{port}"})
