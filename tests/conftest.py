@@ -16,7 +16,10 @@ from pathlib import Path
 # and a different count changes the order of floating-point sums, so a test that compares two
 # trainings for equality failed when a neighbour process came and went between them.
 # tests/test_threads.py checks that it is set; a test of the adaptive count unsets it itself.
-SUITE_THREADS = "1"
+# A count given from outside (benchmarks/suite_on_every_cpu.py runs the suite at 1 and at 2) is kept.
+SUITE_THREADS = os.environ.get("OMP_NUM_THREADS", "1")
+if not SUITE_THREADS.isascii() or not SUITE_THREADS.isdigit() or int(SUITE_THREADS) < 1:
+    SUITE_THREADS = "1"
 os.environ["OMP_NUM_THREADS"] = SUITE_THREADS
 
 import pytest  # noqa: E402 (after the thread count, which torch reads when it is imported)
@@ -40,8 +43,23 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TRUST_FOLDER = Path(tempfile.mkdtemp(prefix="attnmt-tests-trust-"))
 os.environ["ATTNMT_TRUSTED_CODE"] = str(TRUST_FOLDER / "trusted-code.txt")
 # bf16 runs as asked on every CPU, emulated where the CPU has none: the tests check its numbers
-# everywhere (attnmt.runtime.precision; tests/test_device.py checks the fall-back to fp32).
-os.environ["ATTNMT_CPU_BF16"] = "on"
+# everywhere (attnmt.runtime.precision; tests/test_device.py checks the fall-back to fp32). A value
+# given from outside is kept (the suite must pass with it on and off); a test that needs bf16
+# arithmetic sets it itself.
+os.environ.setdefault("ATTNMT_CPU_BF16", "on")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--training-seed", type=int, default=1, metavar="N",
+                     help="the seed of the tests marked `outcome` (trainings that assert what they learnt); "
+                          "benchmarks/suite_on_every_cpu.py runs them under several")
+
+
+@pytest.fixture(scope="session")
+def training_seed(request) -> int:
+    """The training seed of an `outcome` test: 1 unless ``--training-seed N`` says otherwise. Such a
+    test must pass under every seed, on every CPU, with margin, not on one lucky trajectory."""
+    return request.config.getoption("--training-seed")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -73,14 +91,14 @@ def shared_data():
 
 @pytest.fixture(autouse=True)
 def _seed_torch_one_thread():
-    """Every test starts from the same torch seed, so a failure reproduces, and runs on one torch
-    thread: the tensors of the tests are tiny, and on a 2-core machine more threads only fight
-    each other (10-50x slower under load)."""
+    """Every test starts from the same torch seed, so a failure reproduces, and runs on the suite's
+    thread count, one unless OMP_NUM_THREADS said otherwise: the tensors of the tests are tiny,
+    and on a 2-core machine more threads only fight each other (10-50x slower under load)."""
     import torch
 
     torch.manual_seed(0)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(SUITE_THREADS))
     yield
     torch.set_num_threads(threads)
 

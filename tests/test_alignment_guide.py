@@ -239,13 +239,15 @@ def reversed_links(folder, name: str, pairs) -> None:
     (folder / name).write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.outcome
 @pytest.mark.parametrize("attention,head,shift", [("general", None, False), ("multihead", 1, True)])
-def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head, shift):
+def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head, shift, training_seed,
+                                                       record_property):
     from attnmt.alignment.translator_attention import TranslatorAligner
 
     config = tiny_run_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
-                         guide_weight=2.0, guide_head=head, guide_shift=shift)
+                         guide_weight=2.0, guide_head=head, guide_shift=shift, seed=training_seed)
     config["model"].update(attention=attention, embed_dim=32, hidden_dim=64, dropout=0.0)
     if attention == "multihead":
         config["model"]["attention_options"] = {"num_heads": 2}
@@ -266,15 +268,20 @@ def test_training_makes_the_attention_follow_the_links(tmp_path, attention, head
     predicted = aligner.align([s.split() for s in src], [t.split() for t in tgt], method="src2tgt")
     wanted = [{(len(s.split()) - 1 - j, j) for j in range(len(s.split()))} for s in src]
     hits = sum(len(p & w) for p, w in zip(predicted, wanted)) / sum(len(w) for w in wanted)
+    record_property("guide_ratio", guides[-1] / guides[0])
+    record_property("hits", hits)
     assert hits >= 0.8, hits
 
 
-def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unaligned(tmp_path):
+@pytest.mark.outcome
+def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unaligned(tmp_path, training_seed,
+                                                                                     record_property):
     from attnmt.alignment.translator_attention import TranslatorAligner
 
     config = tiny_run_config(tmp_path, train_pairs=200, max_epochs=25, eval_every=100, examples=0,
                          bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.02,
-                         guide_weight=2.0, guide_head=1, guide_shift=True, guide_unaligned="eos")
+                         guide_weight=2.0, guide_head=1, guide_shift=True, guide_unaligned="eos",
+                         seed=training_seed)
     config["model"].update(attention="multihead", embed_dim=32, hidden_dim=64, dropout=0.0,
                            attention_options={"num_heads": 2})
     # target words at even positions are linked (reversed order), those at odd positions have no link
@@ -290,6 +297,8 @@ def test_training_with_unaligned_words_on_eos_teaches_the_attention_to_say_unali
     weights = aligner.weights_many([s.split() for s in src], [t.split() for t in tgt])
     on_words = {parity: np.mean([w[parity::2].sum(1).mean() for w in weights if len(w) > parity])
                 for parity in (0, 1)}
+    record_property("on_linked", float(on_words[0]))
+    record_property("on_unlinked", float(on_words[1]))
     assert on_words[0] > 0.8 and on_words[1] < 0.2, on_words  # the rest of each row is on EOS
     renormalized = TranslatorAligner(aligner.translator, renormalize=True)
     assert renormalized.weights_many([src[0].split()], [tgt[0].split()])[0].sum(1) == pytest.approx(1.0)

@@ -72,7 +72,8 @@ def test_bf16_runs_in_fp32_on_a_cpu_without_bf16_and_says_so(monkeypatch):
         assert (torch.randn(2, 3) @ torch.randn(3, 4)).dtype == torch.bfloat16
 
 
-def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
+def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ATTNMT_CPU_BF16", "on")  # bf16 as asked, whatever the suite runs with
     config = tiny_run_config(tmp_path, max_epochs=1, max_steps=6, device="cpu")  # what it says is the CPU's
     run_trainer(tmp_path, config)
     run = tmp_path / "run"
@@ -92,13 +93,15 @@ def test_commands_say_where_they_run_and_metrics_record_it(tmp_path, capsys):
     assert "device: must be one of auto, cpu, cuda, cuda:N, mps; got 'tpu'" in capsys.readouterr().err
 
 
-def test_fp16_training_lowers_the_loss_and_resumes_exactly_with_its_scaler(tmp_path):
+@pytest.mark.outcome
+def test_fp16_training_lowers_the_loss_and_resumes_exactly_with_its_scaler(tmp_path, training_seed, record_property):
     """fp16 on the CPU (a GRU: PyTorch has no float16 LSTM there); the GradScaler's state is in
     last.pt, so a run stopped at step 9 and resumed ends as one never stopped."""
-    config = tiny_run_config(tmp_path, max_epochs=2, precision="fp16")
+    config = tiny_run_config(tmp_path, max_epochs=2, precision="fp16", seed=training_seed)
     config["model"]["cell"] = "gru"
     unbroken = run_trainer(tmp_path, config, out="unbroken")
     losses = [r["loss"] for r in unbroken.history if r["type"] == "train"]
+    record_property("loss_ratio", losses[-1] / losses[0])
     assert losses[-1] < 0.8 * losses[0]
     last = load_checkpoint(tmp_path / "unbroken" / "last.pt")
     assert last["scaler"]["scale"] > 0 and "_growth_tracker" in last["scaler"]

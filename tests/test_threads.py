@@ -37,12 +37,13 @@ def counts(loads: list[int | None], most: int = 2) -> tuple[list[int], list[str]
 def test_the_suite_runs_at_one_fixed_thread_count():
     """tests/conftest.py fixes the count for every test and every subprocess (OMP_NUM_THREADS):
     tests compare trainings for equality, and a count that followed the load made them flaky."""
-    assert os.environ.get("OMP_NUM_THREADS") == "1"
+    fixed = os.environ.get("OMP_NUM_THREADS")
+    assert fixed is not None and fixed.isdigit() and int(fixed) >= 1  # 1 unless given from outside
     plan = thread_plan(None)
-    assert plan.threads == 1 and not plan.adaptive
+    assert plan.threads == int(fixed) and not plan.adaptive
     child = subprocess.run([sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"],
                            capture_output=True, text=True, check=True)
-    assert child.stdout.strip() == "1"
+    assert child.stdout.strip() == fixed
 
 
 def test_the_cores_others_leave_free_once_that_has_held():

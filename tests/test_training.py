@@ -37,12 +37,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------------------------------
 
 
-def test_loss_falls_and_run_folder_is_complete(tmp_path):
-    config = tiny_run_config(tmp_path, max_epochs=3)
+@pytest.mark.outcome
+def test_loss_falls_and_run_folder_is_complete(tmp_path, training_seed, record_property):
+    config = tiny_run_config(tmp_path, max_epochs=3, seed=training_seed)
     result = run_trainer(tmp_path, config)
     train_records = [r for r in result.history if r["type"] == "train"]
     epochs = [r for r in result.history if r["type"] == "epoch"]
     assert len(epochs) == 3
+    record_property("loss_ratio", train_records[-1]["loss"] / train_records[0]["loss"])
     assert train_records[-1]["loss"] < 0.8 * train_records[0]["loss"]
     assert epochs[-1]["val_loss"] < epochs[0]["val_loss"]
     assert result.stop_reason == "max_epochs=3 reached"
@@ -64,21 +66,36 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path):
     assert last["config"]["model"]["attention"] == "scaled_dot"
 
 
-def test_model_memorises_twenty_pairs(tmp_path):
-    """20 pairs, trained on and scored on themselves: greedy BLEU >= 90."""
+@pytest.mark.outcome
+def test_model_memorises_twenty_pairs(tmp_path, training_seed, record_property):
+    """20 pairs, trained on and scored on themselves: the training loss ends near zero and greedy
+    search gives the pairs back (BLEU >= 90).
+
+    It trains to a stop, not to a lucky step: the rate decays by a cosine to zero over 720 steps
+    (80 epochs), so Adam's late spikes at a constant rate cannot land on the last checkpoint. Over
+    24 seeds on an AMD EPYC every run gave all 20 pairs back exactly, its last training losses under
+    0.03 (the old 40 epochs at a constant 0.03 gave 62.7-100 BLEU there, and 71.2 on an Intel CPU
+    with AMX); benchmarks/suite_on_every_cpu.py runs it under several seeds on each CPU."""
     from attnmt.decoding.translator import Translator
     from attnmt.evaluation import corpus_scores
 
-    config = tiny_run_config(tmp_path, train_pairs=20, max_epochs=40, eval_every=100, examples=0,
-                         bleu_max_sentences=0, checkpoint_every=1000, label_smoothing=0.0, lr=0.03)
+    config = tiny_run_config(tmp_path, train_pairs=20, max_epochs=80, max_steps=720, lr_schedule="cosine",
+                             lr=0.01, eval_every=100, examples=0, bleu_max_sentences=0, checkpoint_every=1000,
+                             label_smoothing=0.0, seed=training_seed)
     config["data"]["valid"] = config["data"]["train"]
     config["data"]["max_tokens"] = 60
     config["model"].update(embed_dim=32, hidden_dim=64, dropout=0.0)
-    run_trainer(tmp_path, config)
+    result = run_trainer(tmp_path, config)
+    final_loss = max(r["loss"] for r in [r for r in result.history if r["type"] == "train"][-5:])
     translator = Translator.load(tmp_path / "run", "last")
     src, tgt = make_pairs(20, seed=1)
     outputs = [t.output for t in translator.translate(src)]
-    assert corpus_scores(outputs, tgt).bleu >= 90, list(zip(outputs, tgt))[:5]
+    bleu = corpus_scores(outputs, tgt).bleu
+    exact = sum(output == reference for output, reference in zip(outputs, tgt))
+    for name, value in (("final_loss", final_loss), ("bleu", bleu), ("exact", exact)):
+        record_property(name, value)
+    assert final_loss < 0.1, f"the training loss ended at {final_loss:.4f}: the model did not learn the pairs"
+    assert bleu >= 90, (bleu, [(o, t) for o, t in zip(outputs, tgt) if o != t][:5])
 
 
 MECHANISMS = ["none", "mean", "dot", "scaled_dot", "general", "additive", "local-m", "local-p", "multihead"]
@@ -115,7 +132,8 @@ def test_every_mechanism_and_flow_takes_a_training_step(attention, flow):
 
 
 @pytest.mark.parametrize("model_type", ["rnn", "transformer"])
-def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_type):
+def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_type, monkeypatch):
+    monkeypatch.setenv("ATTNMT_CPU_BF16", "on")  # bf16 arithmetic, emulated on a CPU without it
     from attnmt.data import make_batches
     from attnmt.models import build_model
 
@@ -145,6 +163,7 @@ def test_bf16_training_step_gives_float32_gradients_close_to_float32_ones(model_
 
 def test_trainer_trains_in_the_configured_precision(tmp_path, monkeypatch):
     """`training.precision` reaches every training step, and bf16 really changes the numbers."""
+    monkeypatch.setenv("ATTNMT_CPU_BF16", "on")  # bf16 arithmetic, emulated on a CPU without it
     import attnmt.training.trainer as training_module
 
     seen = []

