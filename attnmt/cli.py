@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
 from attnmt.runtime.allocator import keep_freed_memory
+from attnmt.runtime.atomic_files import release_claims
 from attnmt.runtime.kernel_cache import enlarge_kernel_cache
 
 # command name -> (module under attnmt.commands, one-line help)
@@ -263,8 +264,30 @@ def _help(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     return _flushed(None) if argv is None else 0
 
 
+def _closed_standard_streams() -> list[str]:
+    """The standard streams ("input", "output", "error") that were closed when attnmt started
+    (``>&-``): each gets /dev/null, so that no file attnmt opens later takes its number and
+    receives what is printed. Returns their names."""
+    closed = []
+    for number, name in ((0, "input"), (1, "output"), (2, "error")):
+        try:
+            os.fstat(number)
+        except OSError:
+            closed.append(name)
+    for _ in closed:
+        os.open(os.devnull, os.O_WRONLY)  # the lowest free numbers: the closed streams
+    if "error" in closed or sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the life of the process)
+    return closed
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
+        if "output" in _closed_standard_streams() or sys.stdout is None:
+            command = next((item for item in sys.argv[1:] if not item.startswith("-")), None)
+            print(f"attnmt{f' {command}' if command else ''}: error: standard output is closed; send it to "
+                  "a file or to /dev/null (> /dev/null) instead", file=sys.stderr)
+            return 2
         undecodable = _undecodable_argument(sys.argv[1:])
         if undecodable is not None:
             print(f"attnmt: error: {undecodable}", file=sys.stderr)
@@ -316,6 +339,7 @@ def _run_command(args: argparse.Namespace, argv: list[str] | None) -> int:
             raise
         return _stdout_failed(args.command, error)
     finally:
+        release_claims()  # the new outputs this command claimed (attnmt.runtime.atomic_files)
         if argv is None:  # attnmt is the process (the console script, python -m attnmt)
             finish_without_stops()
         else:  # a caller's process (tests, notebooks): its own handlers again

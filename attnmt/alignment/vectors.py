@@ -31,6 +31,7 @@ import numpy as np
 from attnmt.errors import DataError
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.checks import check_plain_name
+from attnmt.runtime.reading import DataTooLarge, open_regular
 
 __all__ = [
     "WordVectors",
@@ -127,7 +128,7 @@ class WordVectors:
 
 def _open_text(path: Path) -> io.TextIOBase:
     """A UTF-8 text stream of a plain or gzip file (recognised by its magic bytes)."""
-    with open(path, "rb") as probe:
+    with open_regular(path) as probe:  # a FIFO or a device is refused (attnmt.runtime.reading)
         compressed = probe.read(2) == b"\x1f\x8b"
     raw = gzip.open(path, "rb") if compressed else open(path, "rb")
     return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
@@ -149,6 +150,8 @@ def load_vec(path: str | Path, max_words: int | None = None) -> WordVectors:
             return _parse_vec(handle, path, max_words)
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not valid UTF-8 ({error.reason})") from None
+    except DataTooLarge as error:
+        raise DataError(f"{path}: {error}") from None
     except (OSError, EOFError) as error:
         raise DataError(f"{path}: cannot read ({error})") from None
 
@@ -277,13 +280,15 @@ class _WordIndexUnpickler(pickle.Unpickler):
 def _read_word_index(path: Path) -> dict[str, int]:
     """The pickled ``{word: row}`` dict, read by the restricted unpickler; DataError otherwise."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             mapping = _WordIndexUnpickler(handle).load()
     except _Refused as refused:
         advice = ("; write the indices as Python ints ({word: int(index) ...}) or use .vec"
                   if "numpy" in str(refused) else "")
         raise DataError(f"{path}: refused to read it: it holds {refused}, and a word -> index pickle "
                         f"holds only a dict of str -> int; nothing of the file was built{advice}") from None
+    except DataTooLarge as error:
+        raise DataError(f"{path}: {error}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, IndexError, KeyError, TypeError, MemoryError) as error:
         raise DataError(f"{path}: not a readable pickle ({error})") from None
     if not isinstance(mapping, dict):
@@ -353,7 +358,7 @@ def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:
     if len(files) == 1:
         return load_vec(files[0])
     if len(files) == 2:
-        npz = [path for path in files if path.suffix == ".npz"]
+        npz = [path for path in files if path.suffix.lower() == ".npz"]
         if len(npz) == 1:
             other = files[1] if files[0] is npz[0] else files[0]
             return load_pickle_npz_vectors(other, npz[0])

@@ -430,7 +430,8 @@ def run(args: argparse.Namespace) -> int:
     src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt)
     gold = None
     if args.gold:
-        gold_format = args.gold_format or ("naacl" if Path(args.gold).suffix in (".naacl", ".wa") else "pharaoh")
+        named_naacl = Path(args.gold).suffix.lower() in (".naacl", ".wa")
+        gold_format = args.gold_format or ("naacl" if named_naacl else "pharaoh")
         gold = read_gold(args.gold, gold_format, [len(s) for s in src_sentences], [len(s) for s in tgt_sentences],
                          one_based=args.gold_one_based)
     possible = None

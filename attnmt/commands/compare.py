@@ -56,8 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.runs.recipes import config_path
+    from attnmt.runtime.outputs import check_not_run_folder
     from attnmt.workflows import compare_mechanisms
 
+    check_not_run_folder(args.out, "--out")
     comparison = compare_mechanisms(
         config_path(args.config), args.attention, args.runs, args.out, split=args.split, beam=args.beam,
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},

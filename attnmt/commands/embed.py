@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnmt.commands.options import seed_value
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src", required=True, help="source-language side, one sentence a line (plain or .gz)")
@@ -22,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-lines", type=int, default=None, metavar="N", help="use only the first N pairs")
     parser.add_argument("--min-count", type=int, default=2, metavar="N",
                         help="keep words seen at least N times on their side (default 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the SVD's start vector (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0,
+                        help="seed of the SVD's start vector, from 0 to 2**63 - 1 (default 0)")
     parser.add_argument("--singular-power", type=float, default=0.0, metavar="P",
                         help="weight the SVD dimensions by singular value^P (default 0, best for alignment)")
     parser.add_argument("--src-lang", default="en", help="name of the source file OUT/<src-lang>.vec (default en)")
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.alignment import save_vector_dir, tokenize, train_cross_lingual_vectors
     from attnmt.data.corpus import read_parallel
     from attnmt.errors import ConfigError
-    from attnmt.runtime.outputs import check_output
+    from attnmt.runtime.outputs import check_not_run_folder, check_output
 
     if args.max_lines is not None and args.max_lines < 1:
         raise ConfigError(f"--max-lines must be >= 1, got {args.max_lines}")
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.src_lang == args.tgt_lang:
         raise ConfigError(f"--src-lang and --tgt-lang are both {args.src_lang!r}; the file names would clash")
     out = Path(args.out)
+    check_not_run_folder(out, "--out")
     for name in (f"{args.src_lang}.vec", f"{args.tgt_lang}.vec", "vectors.json"):  # before the minute of work
         check_output(out / name, "--out", args.overwrite, inputs=[args.src, args.tgt])
 

@@ -32,6 +32,7 @@ from attnmt.commands.options import (
     add_trust_option,
     load_translator,
     say,
+    seed_value,
 )
 
 MAX_SENTENCES = 1000
@@ -49,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, default=None, metavar="K", help="beam size (default: the run's)")
     parser.add_argument("--random-orders", type=int, default=3, metavar="N",
                         help="random rankings averaged for the baseline (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random rankings and SmoothGrad (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0,
+                        help="seed of the random rankings and SmoothGrad, from 0 to 2**63 - 1 (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per sentence instead of tables")
     parser.add_argument("--out", type=Path, metavar="FILE",
                         help="also keep attention, attributions and figures in FILE (.jsonl or .npz; read it "
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.runtime.outputs import check_output
     from attnmt.visual.export import FORMATS
 
-    sentences = _checked_sentences(args)
+    labels, sentences = _checked_sentences(args)
     if args.out is not None:
         check_output(args.out, "--out", args.overwrite, [args.run_dir], suffixes=list(FORMATS))
     translator = load_translator(args)
@@ -80,56 +82,77 @@ def run(args: argparse.Namespace) -> int:
         if not methods or len(set(methods)) != len(methods):
             raise ConfigError(f"--methods {args.methods!r}: name each method once, separated by commas")
     check_methods(translator, methods)
-    problem = next(((n, p) for n, s in enumerate(sentences, 1) if (p := translator.source_problem(s))), None)
+    problem = next(((label, p) for label, s in zip(labels, sentences) if (p := translator.source_problem(s))), None)
     if problem is not None:
-        raise ConfigError(f"sentence {problem[0]}: {problem[1]}")
+        raise ConfigError(f"{problem[0]}: {problem[1]}")
     translations = translator.translate(sentences, beam=args.beam, return_attention=True)
     explanations = explain(translator, translations, methods, random_orders=args.random_orders, seed=args.seed)
-    for number, explanation in enumerate(explanations, start=1):
+    for label, explanation in zip(labels, explanations):
         if args.json:
             print(json.dumps(explanation.to_dict(), ensure_ascii=False))
         else:
-            print(_table(number, explanation))
+            print(_table(label, explanation))
     if args.out is not None:
         _save(translator, translations, explanations, args.out)
         say("explain", f"wrote {args.out}")
     return 0
 
 
-def _checked_sentences(args: argparse.Namespace) -> list[str]:
-    """The sentences to explain, after the options' ranges; ConfigError naming the first problem."""
+def _checked_sentences(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The sentences to explain, each with the words that name it ("sentence 2", or "standard input
+    line 5": blank input lines are skipped, and the number is still the line's), after the options'
+    ranges; ConfigError naming the first problem."""
     from attnmt.errors import ConfigError
 
     if args.beam is not None and args.beam < 1:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
     if not 1 <= args.random_orders <= 100:
         raise ConfigError(f"--random-orders must be from 1 to 100, got {args.random_orders}")
-    sentences = args.sentences or _stdin_sentences()
-    if not sentences:
+    if not Path(args.run_dir).exists():
+        raise ConfigError(f"RUN {args.run_dir!r}: no such run folder or checkpoint; give the run first, then the "
+                          "sentences: attnmt explain RUN SENTENCE ...")
+    if args.sentences:
+        numbered = [(f"sentence {number}", sentence) for number, sentence in enumerate(args.sentences, start=1)]
+    else:
+        numbered = _stdin_sentences()
+    if not numbered:
         raise ConfigError("no sentence to explain: give sentences as arguments or one a line on standard input")
-    if len(sentences) > MAX_SENTENCES:
-        raise ConfigError(f"{len(sentences)} sentences: explain takes at most {MAX_SENTENCES} at once")
-    blank = next((number for number, sentence in enumerate(sentences, start=1) if not sentence.strip()), None)
+    if len(numbered) > MAX_SENTENCES:
+        raise ConfigError(f"{len(numbered)} sentences: explain takes at most {MAX_SENTENCES} at once")
+    blank = next((label for label, sentence in numbered if not sentence.strip()), None)
     if blank is not None:
-        raise ConfigError(f"sentence {blank} is empty; give words to explain")
-    return sentences
+        raise ConfigError(f"{blank} is empty; give words to explain")
+    return [label for label, _ in numbered], [sentence for _, sentence in numbered]
 
 
-def _stdin_sentences() -> list[str]:
+def _stdin_sentences() -> list[tuple[str, str]]:
+    """The non-blank lines of standard input, each with "standard input line N" (none from a terminal)."""
+    from attnmt.errors import ConfigError
+    from attnmt.runtime.stdin import stdin_lines, undecodable
+
     if sys.stdin is None or sys.stdin.isatty():
         return []
-    return [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    numbered = []
+    for number, line in enumerate(stdin_lines(), start=1):
+        if isinstance(line, UnicodeDecodeError):
+            raise ConfigError(f"standard input line {number}: {undecodable(line)}")
+        if line.strip():
+            numbered.append((f"standard input line {number}", line))
+        if len(numbered) > MAX_SENTENCES:  # stop reading: there is no use for the rest
+            raise ConfigError(f"more than {MAX_SENTENCES} sentences on standard input: explain takes at most "
+                              f"{MAX_SENTENCES} at once")
+    return numbered
 
 
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _table(number: int, explanation) -> str:
-    """One sentence's figures as a plain-text table."""
+def _table(label: str, explanation) -> str:
+    """One sentence's figures as a plain-text table, under its ``label`` ("sentence 2")."""
     from attnmt.evaluation.faithfulness import RANDOM
 
-    lines = [f"sentence {number}: {explanation.translation.source}",
+    lines = [f"{label}: {explanation.translation.source}",
              f"  output: {explanation.translation.output}",
              f"  {'method':<12} {'compr. 1-3':>10} {'compr. %':>9} {'suff. 1-3':>10} {'suff. %':>8} "
              f"{'ρ attention':>11} {'s/sentence':>10}"]

@@ -22,7 +22,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 from pathlib import Path
 
@@ -132,6 +131,7 @@ def _translate_stdin(args: argparse.Namespace, translator) -> int:
     """Standard input, a sentence a line, in chunks: a translation a line on standard output (an
     empty or bad line gives an empty one), and the attention file at the end. Exit status 2 when a
     line could not be translated."""
+    from attnmt.runtime.stdin import stdin_lines, undecodable
     from attnmt.visual.export import attention_records, save_attention
 
     records = []  # for --attention-out
@@ -153,11 +153,10 @@ def _translate_stdin(args: argparse.Namespace, translator) -> int:
     chunk: list[str | None] = []
     bad_lines = 0
     number = 0
-    for number, line in enumerate(_stdin_lines(), start=1):
-        problem = None
-        if isinstance(line, UnicodeDecodeError):
-            problem = f"not valid UTF-8 (byte {line.object[line.start]:#04x} at byte {line.start + 1})"
-        elif line.strip():
+    for number, read in enumerate(stdin_lines(), start=1):
+        line: str | None = None if isinstance(read, UnicodeDecodeError) else read
+        problem = undecodable(read) if isinstance(read, UnicodeDecodeError) else None
+        if line is not None and line.strip():
             problem = translator.source_problem(line)
         if problem is not None:
             bad_lines += 1
@@ -173,31 +172,3 @@ def _translate_stdin(args: argparse.Namespace, translator) -> int:
         save_attention(records, args.attention_out)
         say("translate", f"wrote {args.attention_out} ({len(records)} sentences)")
     return 2 if bad_lines else 0
-
-
-def _stdin_lines():
-    """Standard input one line at a time, without its line end (LF or CRLF) and a leading
-    byte-order mark; a line that is not UTF-8 comes as its UnicodeDecodeError, so one bad line
-    costs only its own translation."""
-    source = getattr(sys.stdin, "buffer", None)
-    if source is None:  # a text stream (tests, embedding): already decoded
-        for number, line in enumerate(sys.stdin):
-            yield line.rstrip("\r\n").lstrip("\ufeff") if number == 0 else line.rstrip("\r\n")
-        return
-    # Lines end at LF (a CRLF loses its CR too); a bare CR stays inside its line, so that output
-    # line k is always the translation of input line k. Undecodable bytes are kept as surrogates,
-    # to be reported per line.
-    stream = io.TextIOWrapper(source, encoding="utf-8", errors="surrogateescape", newline="\n")
-    for number, line in enumerate(stream):
-        line = line.removesuffix("\n").removesuffix("\r")
-        if number == 0:
-            line = line.lstrip("\ufeff")
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:
-            try:
-                line.encode("utf-8", "surrogateescape").decode("utf-8")
-            except UnicodeDecodeError as error:
-                yield error
-                continue
-        yield line

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnmt.errors import DataError
+from attnmt.runtime.reading import MAX_CORPUS_BYTES, DataTooLarge, open_regular, read_bytes_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -78,24 +79,27 @@ class ParallelCorpus:
 
 
 def is_gzip(path: str | Path) -> bool:
-    """True when the file starts with the gzip magic bytes."""
-    with open(path, "rb") as handle:
+    """True when the file starts with the gzip magic bytes (DataTooLarge for a FIFO or a device,
+    attnmt.runtime.reading.open_regular)."""
+    with open_regular(path) as handle:
         return handle.read(2) == GZIP_MAGIC
 
 
 def read_lines(path: str | Path) -> list[str]:
     """All lines of a plain or gzip UTF-8 file, without line ends (not stripped otherwise).
 
-    Raises DataError for a missing or unreadable file, a corrupt gzip stream, or invalid UTF-8
-    (naming the file and the 1-based line number).
+    Raises DataError for a missing or unreadable file, anything but a regular file (a FIFO, a
+    device such as /dev/zero), more than ``MAX_CORPUS_BYTES`` of text, a corrupt gzip stream, or
+    invalid UTF-8 (naming the file and the 1-based line number).
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, expected a text file")
     try:
-        if is_gzip(path):
-            with gzip.open(path, "rb") as handle:
-                data = handle.read()
-        else:
-            data = path.read_bytes()
+        data = read_bytes_bounded(path, MAX_CORPUS_BYTES, gunzip=True)
+    except DataTooLarge as error:
+        raise DataError(f"{path}: {error}; attnmt reads text from regular files only, of at most "
+                        f"{MAX_CORPUS_BYTES >> 30} GiB of text (write it to a file first, or split it)") from None
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
     except IsADirectoryError:

@@ -6,10 +6,17 @@ file beside the target, are flushed to disk, and only then replace the target wi
 ``os.replace``. A crash, a kill -9 or a full disk while writing leaves the previous file (or
 none) in place, never a truncated one, and removes the temporary file when Python still can. A
 write that fails (a full disk, no permission) is an OutputError, one line from the CLI.
+
+A command's output that did not exist when the command checked it (``check_output`` without
+``--overwrite``) is *claimed* (``claim_new``): its final step is then a hard link, which fails
+where a file appeared at that name while the command worked, instead of a rename that would replace
+it. The command then stops with an OutputError and leaves that file as it is. A file the command
+itself wrote there earlier is replaced as usual. ``release_claims`` forgets them when the command ends.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -21,10 +28,57 @@ from typing import BinaryIO
 from attnmt.errors import OutputError
 from attnmt.runtime.reading import special_file_kind
 
-__all__ = ["atomic_writer", "check_target", "remove_stale_temporaries", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_writer", "check_target", "claim_new", "release_claims", "remove_stale_temporaries",
+           "write_bytes_atomic", "write_text_atomic"]
 
 
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
+
+#: claimed outputs (absolute paths): None until the command writes one, then its (device, inode)
+_CLAIMED: dict[str, tuple[int, int] | None] = {}
+#: where a file system has no hard links, the final step checks for a file, then renames
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
+_APPEARED = ("a file appeared there while attnmt worked; it was left as it is and this output was not written "
+             "(pass --overwrite to replace it, or choose another name)")
+
+
+def claim_new(path: str | os.PathLike) -> None:
+    """Mark ``path``, absent now, as a new output: a file that appears there before ``atomic_writer``
+    finishes it is never replaced (the module docstring)."""
+    _CLAIMED[os.path.abspath(path)] = None
+
+
+def release_claims() -> None:
+    """Forget every claim (when the command that made them ends)."""
+    _CLAIMED.clear()
+
+
+def _publish(temporary: Path, path: Path) -> None:
+    """Move the finished ``temporary`` to ``path``: a rename, or for a claimed path a hard link that
+    fails when someone else's file is there (OutputError)."""
+    key = os.path.abspath(path)
+    if key not in _CLAIMED:
+        os.replace(temporary, path)
+        return
+    try:
+        existing = os.stat(path)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and _CLAIMED[key] == (existing.st_dev, existing.st_ino):
+        os.replace(temporary, path)  # the command's own earlier version of it
+    else:
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            raise OutputError(f"{path}: {_APPEARED}") from None
+        except OSError as error:
+            if error.errno not in _NO_HARD_LINKS:
+                raise
+            if os.path.lexists(path):
+                raise OutputError(f"{path}: {_APPEARED}") from None
+            os.replace(temporary, path)
+    written = os.stat(path)
+    _CLAIMED[key] = (written.st_dev, written.st_ino)
 
 
 @contextmanager
@@ -52,7 +106,7 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        _publish(temporary, path)
     except OSError as error:
         kept = "its previous version is unchanged" if path.exists() else "nothing was written"
         raise OutputError(f"{path}: could not write it ({error.strerror or error}); {kept}") from None

@@ -1,6 +1,7 @@
 """Where a command may write, decided before any work: never onto one of its own inputs, never onto
 a file a run folder needs, never into a folder given as a file, only with a suffix it can write,
-never over an existing file without ``--overwrite``, and never over anything but a regular file (a
+never over an existing file without ``--overwrite`` (nor over one that appears while the command
+works: ``attnmt.runtime.atomic_files.claim_new``), and never over anything but a regular file (a
 device such as ``/dev/null``, a FIFO, a socket), ``--overwrite`` or not."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from attnmt.errors import ConfigError
+from attnmt.runtime.atomic_files import claim_new
 from attnmt.runtime.reading import special_file_kind
 
-__all__ = ["RUN_OWN_FILES", "check_output", "check_writable_folder", "is_run_folder", "run_owning"]
+__all__ = ["RUN_OWN_FILES", "check_not_run_folder", "check_output", "check_writable_folder", "is_run_folder",
+           "run_owning"]
 
 #: Files of a run folder (attnmt.runs.folder names them): what it needs, and what ``attnmt evaluate``
 #: and ``compare`` keep in it. No other command's output may replace one, nor a heatmap in its
@@ -94,7 +97,17 @@ def check_output(
     if target.exists() and not overwrite:
         raise ConfigError(f"{option} {target} exists; pass --overwrite to replace it, or choose another name")
     check_writable_folder(target.parent, f"{option} {target}")
+    if not overwrite:  # a file that appears there while the command works is not replaced either
+        claim_new(target)
     return target
+
+
+def check_not_run_folder(folder: str | os.PathLike, option: str) -> None:
+    """ConfigError when the output folder of ``option`` is a training run's folder: the files a
+    command writes there (word vectors, a comparison's runs and summaries) would mix with the run's."""
+    if Path(folder).is_dir() and is_run_folder(Path(folder)):
+        raise ConfigError(f"{option} {folder} is the folder of a training run; write into a folder of its own "
+                          "(a new name, or one outside the run)")
 
 
 def check_writable_folder(folder: str | os.PathLike, what: str) -> None:

@@ -6,6 +6,10 @@ could be a FIFO (reading it would wait for ever), a link to ``/dev/zero`` (readi
 the memory), or 200 bytes of YAML whose aliases stand for billions of nodes, harmless while they
 are shared references and a memory bomb once an error message renders them. So:
 
+- ``open_regular`` and ``read_bytes_bounded`` are how every file a user names is read (corpora,
+  word vectors, gold links, attention files, checkpoints, tokenizers, metrics): a regular file
+  only, and the whole-file readers within a bound (a corpus of ``MAX_CORPUS_BYTES``, even when
+  gzip would unpack it to more);
 - ``read_text_bounded`` opens without blocking, refuses anything but a regular file (a FIFO, a
   device, a socket), and reads at most ``limit`` bytes (a larger file is refused, not cut);
 - ``check_plain_data`` walks what a YAML file, a ``--set`` value or a checkpoint's config holds
@@ -16,15 +20,17 @@ are shared references and a memory bomb once an error message renders them. So:
 
 from __future__ import annotations
 
+import gzip
 import math
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_NODES", "DataTooLarge", "check_plain_data", "read_text_bounded",
-           "special_file_kind"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_CORPUS_BYTES", "MAX_DEPTH", "MAX_NODES", "DataTooLarge", "check_plain_data",
+           "open_regular", "read_bytes_bounded", "read_text_bounded", "special_file_kind"]
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a run config is a few kilobytes
+MAX_CORPUS_BYTES = 2 << 30  # 2 GiB of text a side (decompressed): the 1.1M Hansards pairs are 0.2 GiB
 MAX_NODES = 100_000
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 100
@@ -35,27 +41,53 @@ class DataTooLarge(ValueError):
     """Data or a file beyond the bounds of this module; the message says which bound."""
 
 
-def read_text_bounded(path: str | os.PathLike, limit: int = MAX_CONFIG_BYTES) -> str:
-    """The text of ``path`` (UTF-8). OSError for a missing or unreadable file; DataTooLarge for
-    anything but a regular file, or one of more than ``limit`` bytes; UnicodeDecodeError."""
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading in binary. OSError for a missing or unreadable file;
+    DataTooLarge for anything but a regular file (a FIFO would wait for ever, ``/dev/zero`` would
+    fill the memory), checked on the opened file, so a link cannot switch it afterwards."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     descriptor = os.open(path, flags)
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
             raise DataTooLarge(f"is {'a folder' if stat.S_ISDIR(mode) else _kind(mode)}, not a regular file")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(descriptor, min(1 << 16, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise DataTooLarge(f"is larger than {limit:,} bytes")
-    finally:
+    except BaseException:
         os.close(descriptor)
-    return b"".join(chunks).decode("utf-8")
+        raise
+    return os.fdopen(descriptor, "rb")
+
+
+def _read_at_most(handle: BinaryIO | gzip.GzipFile, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = handle.read(min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise DataTooLarge(f"is larger than {limit:,} bytes")
+    return b"".join(chunks)
+
+
+def read_bytes_bounded(path: str | os.PathLike, limit: int, gunzip: bool = False) -> bytes:
+    """The bytes of the regular file ``path`` (``open_regular``), at most ``limit`` of them
+    (DataTooLarge beyond); with ``gunzip``, a file that starts with the gzip magic bytes is
+    decompressed, and the bound applies to what it holds (gzip.BadGzipFile, EOFError or
+    zlib.error for a damaged one)."""
+    with open_regular(path) as handle:
+        if gunzip and handle.read(2) == b"\x1f\x8b":
+            handle.seek(0)
+            with gzip.GzipFile(fileobj=handle, mode="rb") as unpacked:
+                return _read_at_most(unpacked, limit)
+        handle.seek(0)
+        return _read_at_most(handle, limit)
+
+
+def read_text_bounded(path: str | os.PathLike, limit: int = MAX_CONFIG_BYTES) -> str:
+    """The text of ``path`` (UTF-8). OSError for a missing or unreadable file; DataTooLarge for
+    anything but a regular file, or one of more than ``limit`` bytes; UnicodeDecodeError."""
+    return read_bytes_bounded(path, limit).decode("utf-8")
 
 
 def check_plain_data(value: Any, what: str, max_string: int | None = MAX_STRING) -> None:

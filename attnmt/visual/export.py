@@ -153,7 +153,7 @@ def check_attention_path(path: str | os.PathLike, overwrite: bool = False) -> Pa
     """``path`` as an --attention-out target: ConfigError for an unknown suffix, or an existing
     file without ``overwrite``; checked before any work."""
     path = Path(path)
-    if path.suffix not in FORMATS:
+    if path.suffix.lower() not in FORMATS:
         raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}, "
                           f"got {path.suffix or 'no suffix'!r}")
     if path.is_dir():
@@ -169,7 +169,7 @@ def check_attention_path(path: str | os.PathLike, overwrite: bool = False) -> Pa
 def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) -> Path:
     """Write ``records`` to ``path`` (.npz or .jsonl, by its suffix) atomically; returns the path."""
     path = Path(path)
-    if path.suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         arrays: dict[str, Any] = {
             "format": np.array(FORMAT),
             "records": np.array(json.dumps([record.describe() for record in records], ensure_ascii=False)),
@@ -182,7 +182,7 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
         return write_bytes_atomic(path, buffer.getvalue())
-    if path.suffix == ".jsonl":
+    if path.suffix.lower() == ".jsonl":
         return write_bytes_atomic(path, attention_lines(records).encode("utf-8"))
     raise ConfigError(f"{path}: the attention file must end in {' or '.join(FORMATS)}")
 
@@ -304,7 +304,7 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    if path.suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         try:
             with np.load(path, allow_pickle=False) as archive:
                 if "format" not in archive or str(archive["format"]) != FORMAT:
@@ -318,7 +318,7 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                         for number, values in enumerate(described)]
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
             raise DataError(f"{path}: not a readable .npz attention file ({type(error).__name__}: {error})") from None
-    if path.suffix == ".jsonl":
+    if path.suffix.lower() == ".jsonl":
         records = []
         with open(path, encoding="utf-8") as handle:
             try:
