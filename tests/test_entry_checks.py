@@ -29,10 +29,12 @@ def one_line_error(done) -> str:
 
 def test_a_seed_out_of_range_is_refused_and_leaves_no_run_folder(attnmt, tmp_path):
     out = tmp_path / "run"
-    line = one_line_error(attnmt("train", "--config", TINY, "--seed", str(2**64), "--out", str(out)))
-    assert line.startswith("attnmt train: error: --seed 18446744073709551616: training.seed")
+    with pytest.raises(SystemExit) as stopped:  # argparse's own refusal, before any config is read
+        attnmt("train", "--config", TINY, "--seed", str(2**64), "--out", str(out))
+    assert stopped.value.code == 2
     assert not out.exists()
-    assert "--seed" in one_line_error(attnmt("explore", "copy", "--seed", "-1"))
+    with pytest.raises(SystemExit):
+        attnmt("explore", "copy", "--seed", "-1")
 
 
 def test_an_option_is_blamed_not_the_config_file(attnmt, tmp_path):

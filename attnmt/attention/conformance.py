@@ -24,8 +24,11 @@ whose scores come from it (h heads of size d; the padding mask and softmax are a
 from __future__ import annotations
 
 import copy
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -345,6 +348,48 @@ class NotApplicable(Exception):
     """The property does not apply to this form; the message says why."""
 
 
+#: seconds each property (and building the mechanism) may take before it counts as hanging
+TIME_LIMIT = 60.0
+
+
+class TimeLimitReached(BaseException):
+    """A mechanism's code ran past its time limit (a BaseException, so that the mechanism's own
+    ``except Exception`` cannot swallow it)."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Within the block, TimeLimitReached once ``seconds`` pass (a SIGALRM timer: a forward that
+    loops for ever in Python is stopped; one stuck inside a C call is stopped when it returns).
+    Only in the main thread of a Unix process; elsewhere, or with ``seconds`` None, no limit."""
+    if seconds is None or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    started = time.monotonic()
+    previous = signal.getsignal(signal.SIGALRM)
+    outer, _ = signal.getitimer(signal.ITIMER_REAL)  # a caller's own timer (0: none) keeps its moment
+
+    spent = []  # the caller's timer, once it has fired
+
+    def reached(signum: int, frame: Any) -> None:
+        if outer and time.monotonic() - started >= outer - 1e-3:
+            spent.append(True)
+            if callable(previous):
+                previous(signum, frame)  # the caller's deadline came first: its handler decides
+        raise TimeLimitReached
+
+    signal.signal(signal.SIGALRM, reached)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer else seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer and not spent:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-3))
+
+
 def _bf16(subject: Subject, generator: torch.Generator) -> str:
     x = subject.inputs(4, 7, generator)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -456,15 +501,40 @@ def _check_memory(name: str, model: str, dims: tuple[int, int, int], heads: int,
                           f"{free / 2**30:.1f} GiB free; choose smaller sizes")
 
 
+HUNG = "did not return within"
+
+
+def _checked_property(property_name: str, test: Callable, subject: Subject, generator: torch.Generator,
+                      seconds: float | None) -> PropertyResult:
+    """One property's result: pass (info for the speed), fail with its counterexample, or n/a."""
+    try:
+        with time_limit(seconds):
+            detail = test(subject, generator)
+        status = "info" if property_name == "speed" else "pass"
+    except TimeLimitReached:
+        status, detail = "fail", f"{HUNG} {seconds:g} s (a forward that never ends?)"
+    except Failure as failure:
+        status, detail = "fail", str(failure)
+    except NotApplicable as reason:
+        status, detail = "n/a", str(reason)
+    except UserCodeFault as fault:  # the mechanism raised or answered out of its contract
+        status, detail = "fail", fault.what
+    except (Exception, SystemExit) as error:  # the mechanism's own code raised: that is the counterexample
+        status, detail = "fail", raised(error)
+    return PropertyResult(property_name, status, detail)
+
+
 def check_mechanism(
     spec: str, model: str = "rnn", dims: tuple[int, int, int] = (32, 32, 24), heads: int = 4,
-    options: dict[str, Any] | None = None, speed: bool = True, seed: int = 0,
+    options: dict[str, Any] | None = None, speed: bool = True, seed: int = 0, seconds: float | None = TIME_LIMIT,
 ) -> CheckReport:
     """Run every property on the mechanism ``spec`` (a built-in name too) and return the report.
 
     dims: (query_dim, key_dim, value_dim) of the RNN form; for the Transformer, dims[0] is the size
     of a head and ``heads`` their number. ``options`` go to its constructor. A mechanism that cannot
-    be loaded or built raises UserCodeError (a ConfigError)."""
+    be loaded or built raises UserCodeError (a ConfigError), and so does one whose constructor runs
+    past ``seconds``. A property that runs past ``seconds`` fails, and those after it are not run
+    (the mechanism's code may be stuck for ever)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     started = time.perf_counter()
@@ -480,25 +550,26 @@ def check_mechanism(
     options = dict(options or {})
     _check_memory(name, model, dims, heads, options)
     torch.manual_seed(seed)
-    subject = Subject(name, model, dims, heads, options)
+    try:
+        with time_limit(seconds):
+            subject = Subject(name, model, dims, heads, options)
+    except TimeLimitReached:
+        raise ConfigError(f"{spec}: building it did not return within {seconds:g} s (its constructor seems to "
+                          "hang); nothing was checked") from None
     report = CheckReport(spec=name, model=model, form=subject.form)
+    hung = None
     for property_name, test in PROPERTIES:
         if property_name == "speed" and not speed:
             continue
+        if hung is not None:
+            report.results.append(PropertyResult(property_name, "n/a", f"not run: {hung} ran past the time limit"))
+            continue
         generator = torch.Generator().manual_seed(seed + len(report.results))
         subject.module.train(property_name == "finite grads")
-        try:
-            detail = test(subject, generator)
-            status = "info" if property_name == "speed" else "pass"
-        except Failure as failure:
-            status, detail = "fail", str(failure)
-        except NotApplicable as reason:
-            status, detail = "n/a", str(reason)
-        except UserCodeFault as fault:  # the mechanism raised or answered out of its contract
-            status, detail = "fail", fault.what
-        except (Exception, SystemExit) as error:  # the mechanism's own code raised: that is the counterexample
-            status, detail = "fail", raised(error)
-        report.results.append(PropertyResult(property_name, status, detail))
+        result = _checked_property(property_name, test, subject, generator, seconds)
+        if result.detail.startswith(HUNG):
+            hung = property_name
+        report.results.append(result)
     subject.module.eval()
     report.seconds = time.perf_counter() - started
     return report

@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a constructor option of the mechanism, e.g. --option attention_dim=64 (repeatable)")
     parser.add_argument("--no-speed", action="store_true", help="skip the timing against scaled_dot")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds building the mechanism and each property may take; a forward that runs past "
+                             "it fails, and the properties after it are not run (default 60)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
 
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if not all(1 <= size <= MAX_DIM for size in args.dims) or not 1 <= args.heads <= MAX_HEADS:
         raise ConfigError(f"--dims {' '.join(map(str, args.dims))} --heads {args.heads}: each size must be from 1 "
                           f"to {MAX_DIM}, the heads from 1 to {MAX_HEADS}")
+    if not 0.1 <= args.time_limit <= 3600:  # NaN fails too
+        raise ConfigError(f"--time-limit must be from 0.1 to 3600 seconds, got {args.time_limit}")
     if not all(spec.strip() for spec in args.specs):
         raise ConfigError("SPEC: an empty name; give path/to/file.py:ClassName or a mechanism's name")
     if args.json is not None:
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in args.specs:
         say("check", f"checking {spec} ...")
         report = check_mechanism(spec, model=args.model, dims=tuple(args.dims), heads=args.heads, options=options,
-                                 speed=not args.no_speed)
+                                 speed=not args.no_speed, seconds=args.time_limit)
         reports.append(report)
         rows = [[result.name, result.status, result.detail] for result in report.results]
         print(f"{report.spec} ({report.model}, {report.form} form): "

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnmt.commands.options import seed_value
+
 DEMOS = ("copy", "average", "noisy", "multihead")
 
 
@@ -28,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="also write one PNG per demo into DIR (created if missing; <demo>.png is replaced)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of keys, values and noise (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0,
+                        help="seed of keys, values and noise, from 0 to 2**63 - 1 (default 0)")
     parser.add_argument(
         "--samples", type=int, default=1000, help="resamplings of the key noise per β (default 1000)"
     )
@@ -52,8 +55,6 @@ def _check_options(args: argparse.Namespace, demos: tuple[str, ...]) -> None:
         )
     if args.samples < 2:
         raise ConfigError(f"--samples must be at least 2 to measure a spread, got {args.samples}")
-    if not 0 <= args.seed < 2**63:
-        raise ConfigError(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
     # float64 keys, values and their projections (m × d each, a few copies) and the noise (N × m)
     needed = 8 * (8 * args.keys * args.dim + 4 * args.samples * args.keys)
     available = available_ram()

@@ -22,6 +22,23 @@ class Options(Protocol):
     def add_argument(self, *names: str, **options: Any) -> Any: ...
 
 
+#: every --seed: what numpy's and torch's generators both take
+MAX_SEED = 2**63 - 1
+
+
+def seed_value(text: str) -> int:
+    """An argparse ``type`` for a seed option: an integer from 0 to 2**63 - 1, else one line."""
+    digits = text.strip().removeprefix("-").removeprefix("+")
+    if len(digits) > 19:  # longer than 2**63 - 1 (and never echoed whole)
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1, got {len(text)} characters")
+    value = int(text) if digits.isascii() and digits.isdigit() else None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1, got {text!r}")
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1, got {value}")
+    return value
+
+
 def add_checkpoint_option(parser: Options) -> None:
     parser.add_argument("--checkpoint", default="best", choices=["best", "last", "averaged"],
                         help="which checkpoint: best (the default), last, or averaged (written by attnmt average)")

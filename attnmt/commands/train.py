@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_threads_option, add_trust_option
+from attnmt.commands.options import add_device_option, add_threads_option, add_trust_option, seed_value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", metavar="NAME",
                         help="attention mechanism (sets model.attention): a built-in name, or your own as "
                              "path/to/file.py:ClassName or package.module:ClassName (see docs/mechanisms.md)")
-    parser.add_argument("--seed", type=int, help="random seed (sets training.seed)")
+    parser.add_argument("--seed", type=seed_value, help="random seed, from 0 to 2**63 - 1 (sets training.seed)")
     parser.add_argument("--out", type=Path, metavar="RUN",
                         help="run folder (default: runs/<config name>-<attention>-seed<seed>)")
     parser.add_argument("--max-epochs", type=int, metavar="N", help="sets training.max_epochs")

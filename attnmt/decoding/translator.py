@@ -39,7 +39,7 @@ from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model, check_model_fits
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, force_decode
 from attnmt.models.saliency import SaliencyOptions, saliency
-from attnmt.runs.checkpoint import checkpoint_code, load_checkpoint, load_model_state
+from attnmt.runs.checkpoint import check_weights_match, checkpoint_code, load_checkpoint, load_model_state
 from attnmt.runs.folder import checkpoint_path
 from attnmt.runs.run_config import RunConfig, SearchConfig
 from attnmt.runtime.checks import MAX_THREADS, is_int
@@ -128,9 +128,12 @@ class Translator(BaseTranslator):
             tokenizers = Tokenizers.from_state_dict(state["tokenizers"])
             with bound_classes(classes, only=True):
                 wanted = resolve_device(check_device_name(device if device is not None else run_config.search.device))
+                _check_weights_on_meta(run_config, tokenizers, state, path)
                 check_model_fits(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
                                  [(torch.device("cpu"), 4)] + ([(wanted, 4)] if wanted.type != "cpu" else []))
                 model = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+        except CheckpointError:
+            raise  # it names the file already
         except AttnmtError as error:
             raise CheckpointError(f"{path}: cannot rebuild the model it holds: {error}") from None
         load_model_state(model, state, path)
@@ -375,3 +378,17 @@ class Translator(BaseTranslator):
         return saliency(self.model, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
                         max_tokens=max_tokens, progress=progress,
                         before_batch=None if self.threads is None else self.threads.before)
+
+
+def _check_weights_on_meta(run_config: RunConfig, tokenizers: Tokenizers, state: dict, path: Path) -> None:
+    """CheckpointError when the checkpoint's weights do not fit the model its config describes,
+    found on the ``meta`` device, before anything is allocated: a config that asks for
+    ``embed_dim: 1000000`` beside weights of 256 costs nothing (a model that cannot be built on
+    meta, such as a user's attention that allocates itself, is checked after it is built)."""
+    try:
+        with torch.device("meta"):
+            shapes = build_model(run_config.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    except Exception:  # noqa: BLE001 - the real build reports it, in its own words
+        return
+    check_weights_match(shapes, state, path)
+

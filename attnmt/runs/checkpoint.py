@@ -261,6 +261,14 @@ def _upgrade_from_version_1(checkpoint: dict) -> dict:
 
 def load_model_state(model, checkpoint: dict, path: str | Path = "checkpoint") -> None:
     """Copy the checkpoint's weights into ``model``; CheckpointError when names or shapes differ."""
+    check_weights_match(model, checkpoint, path)
+    model.load_state_dict(checkpoint["model"])
+
+
+def check_weights_match(model, checkpoint: dict, path: str | Path = "checkpoint") -> None:
+    """CheckpointError when the checkpoint's weights differ from ``model``'s in names or shapes.
+    ``model`` may be built on the ``meta`` device (shapes, no storage), so that a config that asks
+    for a huge model is found out before its weights are allocated."""
     state = checkpoint["model"]
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
@@ -281,7 +289,6 @@ def load_model_state(model, checkpoint: dict, path: str | Path = "checkpoint") -
         raise CheckpointError(
             f"{path}: the weights do not fit the model its config describes: {'; '.join(parts)}"
         )
-    model.load_state_dict(state)
 
 
 def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = False,

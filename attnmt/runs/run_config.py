@@ -442,6 +442,8 @@ def load_config(
         base_dir = Path.cwd() if is_recipe(path) else path.resolve().parent
         return RunConfig.from_dict(values, base_dir=base_dir)
     except ConfigError as error:
+        if str(error).startswith("set_options="):  # a malformed --set names itself; the file is not to blame
+            raise
         raise ConfigError(f"{_source_of(str(error), overrides or {}, set_options or [], path)}: {error}") from None
 
 

@@ -16,6 +16,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from attnmt.visual.heatmap import as_plain_text
+
 __all__ = ["runs_chart_png"]
 
 
@@ -60,6 +62,7 @@ def runs_chart_png(
         axes.grid(axis="y", color="#dddddd", linewidth=0.6)
         axes.set_axisbelow(True)
     figure.suptitle(suptitle, fontsize=11)
+    as_plain_text(figure)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": "attnmt"})

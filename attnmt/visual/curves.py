@@ -30,7 +30,7 @@ from matplotlib.ticker import FuncFormatter
 from attnmt.errors import ConfigError, DataError
 from attnmt.runs.folder import METRICS
 from attnmt.runtime.atomic_files import atomic_writer
-from attnmt.visual.heatmap import PLOT_FORMATS, plot_metadata
+from attnmt.visual.heatmap import PLOT_FORMATS, as_plain_text, plot_metadata
 
 __all__ = ["Curves", "plot_curves", "read_curves"]
 
@@ -151,6 +151,7 @@ def plot_curves(
     figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
     if title:
         figure.suptitle(title)
+    as_plain_text(figure)
     with atomic_writer(path) as handle:
         figure.savefig(handle, format=chosen_format, dpi=dpi, metadata=plot_metadata(chosen_format, title))
     return path

@@ -26,6 +26,7 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from attnmt.data.pieces import as_matrix, as_tokens, check_matrix_shape, merge_subwords
 from attnmt.runtime.atomic_files import atomic_writer, check_target
@@ -229,6 +230,13 @@ def _annotate(axes, matrix: np.ndarray, fontsize: float) -> None:
             axes.text(column, row, f"{value:.2f}".lstrip("0") if 0 <= value < 1 else f"{value:.2g}",
                       ha="center", va="center", fontsize=max(fontsize - 2.5, 5.0),
                       color="white" if value > 0.55 else "#333333")
+
+
+def as_plain_text(figure: Figure) -> None:
+    """Every text of ``figure`` (titles, labels, legend entries: words and names users typed) is
+    drawn as it is written: a "$" never starts TeX, which a title such as "$$$" would break."""
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
 
 
 def plot_metadata(chosen_format: str, title: str | None) -> dict[str, Any]:
