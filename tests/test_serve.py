@@ -462,6 +462,45 @@ def test_a_gold_link_of_other_digits_is_a_400(views):
     assert refused.value.status == 400
 
 
+# -- issue 77, items 11 and 12 ----------------------------------------------------------------------
+
+
+def test_a_gold_link_index_of_thousands_of_digits_is_a_400_not_a_500(views):
+    with pytest.raises(RequestError) as refused:
+        views.gold({"sentence": "Ein hund", "reference": "A dog", "links": "9" * 5000 + "-1"})
+    assert refused.value.status == 400 and "names a word the sentences do not have" in str(refused.value)
+    assert len(str(refused.value)) < 200
+
+
+@pytest.mark.parametrize("length", ["\u00b2", "\u00b3", "\u00b9", "12 3", "-5", "0x10", "9" * 30])
+def test_a_content_length_of_other_digits_is_refused_not_a_500(server, length):
+    """Headers are read as Latin-1, so the byte 0xB2 is "²", which str.isdigit() accepts."""
+    port = server.server_address[1]
+    head = (f"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n")
+    answer = raw_exchange(server, head.encode("latin-1") + b'{"sentence": "x"}')
+    assert answer.startswith((b"HTTP/1.1 411", b"HTTP/1.1 413", b"HTTP/1.1 400")), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_the_body_of_a_get_or_head_is_never_read_as_the_next_request(server, method):
+    """A GET carrying a whole POST as its body got two 200s; now the GET is refused and the
+    connection closed, so the POST inside is never answered."""
+    port = server.server_address[1]
+    inner_body = json.dumps({"sentence": SENTENCE}).encode()
+    inner = (f"POST /api/translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+             f"Content-Length: {len(inner_body)}\r\n\r\n").encode() + inner_body
+    outer = f"{method} /api/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {len(inner)}\r\n\r\n"
+    answer = raw_exchange(server, outer.encode() + inner)
+    assert answer.count(b"HTTP/1.1 ") == 1 and answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"Connection: close" in answer
+    chunked = f"GET /api/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    assert raw_exchange(server, chunked.encode()).startswith(b"HTTP/1.1 400")
+    status, _ = request(server, "GET", "/api/models")  # without a body, as before
+    assert status == 200
+
+
 def test_unknown_methods_and_doubled_slashes_get_json_not_pages(server):
     answer = raw_exchange(server, f"FROB / HTTP/1.1\r\nHost: 127.0.0.1:{server.server_address[1]}\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.1 501") and b'{"error"' in answer and b"<html" not in answer.lower()
@@ -510,8 +549,9 @@ def test_tab_and_arrow_keys_move_the_linked_word_to_the_nearest_equal_one(server
 def test_a_models_queue_is_bounded_and_abandoned_jobs_never_start():
     """Issue 63, item 9: after ten abandoned 64-step saliency requests the next one waited for all
     of them. A waiting job whose client left is cancelled before it starts, and at most
-    MAX_WAITING jobs wait per model (then 503)."""
-    from attnmt.serve.jobs import BUSY, MAX_WAITING, ClientGone, ModelWorkers, watching
+    MAX_WAITING heavy jobs wait per model (then 503). Issue 77, item 10: a translation has a bound
+    of its own, so a queue full of saliency does not refuse it, and it runs before them."""
+    from attnmt.serve.jobs import BUSY, MAX_WAITING, MAX_WAITING_TRANSLATIONS, ClientGone, ModelWorkers, watching
 
     workers = ModelWorkers(["m"])
     release, started, ran = threading.Event(), threading.Event(), []
@@ -520,18 +560,28 @@ def test_a_models_queue_is_bounded_and_abandoned_jobs_never_start():
     assert started.wait(10)
     with watching(lambda: True), pytest.raises(ClientGone):
         workers.run("m", lambda: ran.append("abandoned"), priority=1)
-    waiting = [threading.Thread(target=workers.run, args=("m", lambda: ran.append("kept"))) for _ in range(MAX_WAITING)]
-    for thread in waiting:
+    heavy = [threading.Thread(target=workers.run, args=("m", lambda: ran.append("heavy"), 1))
+             for _ in range(MAX_WAITING)]
+    for thread in heavy:
         thread.start()
     deadline = time.monotonic() + 10
     while workers._queues["m"].qsize() < MAX_WAITING and time.monotonic() < deadline:
         time.sleep(0.01)
     with pytest.raises(RuntimeError, match=BUSY.split(";")[0]):
-        workers.run("m", lambda: ran.append("one too many"))
+        workers.run("m", lambda: ran.append("one too many"), priority=1)
+    translations = [threading.Thread(target=workers.run, args=("m", lambda: ran.append("translation")))
+                    for _ in range(MAX_WAITING_TRANSLATIONS)]
+    for thread in translations:
+        thread.start()
+    while workers._queues["m"].qsize() < MAX_WAITING + MAX_WAITING_TRANSLATIONS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(RuntimeError, match=BUSY.split(";")[0]):
+        workers.run("m", lambda: ran.append("one translation too many"))
     release.set()
-    for thread in [blocker, *waiting]:
+    for thread in [blocker, *heavy, *translations]:
         thread.join(10)
-    assert ran == ["kept"] * MAX_WAITING  # the abandoned job and the refused one never ran
+    # the translations queued last ran first; the abandoned and the refused jobs never ran
+    assert ran == ["translation"] * MAX_WAITING_TRANSLATIONS + ["heavy"] * MAX_WAITING
     assert workers.stop()
 
 

@@ -11,8 +11,10 @@ saliency 0.24 s, not blocked. So each model gets a worker thread with one PyTorc
 two cores serve two models at once; ``benchmarks/serve.py`` measures the server as it is.
 
 A model's jobs run one at a time, a translation (priority 0) before saliency, gold links or an
-export (priority 1) queued earlier that has not started. At most ``MAX_WAITING`` jobs wait per
-model (more are refused: ``BUSY``), and a waiting job whose client has gone (``watching``: the
+export (priority 1) queued earlier that has not started. Each kind has its own bound of waiting
+jobs per model (``MAX_WAITING``: 8 heavy jobs, ``MAX_WAITING_TRANSLATIONS``: 32 translations; more
+are refused: ``BUSY``), so a queue full of saliency never refuses a cheap translation, which
+starts next anyway. A waiting job whose client has gone (``watching``: the
 HTTP handler says how to tell) is cancelled before it starts, so abandoned requests do not hold
 up the next one. ``InlineJobs`` runs a job in the caller's
 thread instead (the views called directly: tests, notebooks).
@@ -31,12 +33,13 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["BUSY", "MAX_WAITING", "ClientGone", "InlineJobs", "ModelWorkers", "watching"]
+__all__ = ["BUSY", "MAX_WAITING", "MAX_WAITING_TRANSLATIONS", "ClientGone", "InlineJobs", "ModelWorkers", "watching"]
 
 T = TypeVar("T")
 STOPPING = "attnmt serve is stopping"
 BUSY = "this model has too many requests waiting; try again in a moment"
-MAX_WAITING = 8
+MAX_WAITING = 8  # heavy jobs (priority 1 and later: saliency, gold links, exports) waiting per model
+MAX_WAITING_TRANSLATIONS = 32  # translations (priority 0) waiting per model; each takes well under a second
 _client = threading.local()  # .gone: what tells the request thread's client has left (see watching)
 
 
@@ -73,7 +76,8 @@ class ModelWorkers:
         self._queues: dict[str, queue.PriorityQueue] = {name: queue.PriorityQueue() for name in names}
         self._order = itertools.count()
         self._stopped = threading.Event()
-        self._waiting = dict.fromkeys(names, 0)  # jobs queued, not started and not cancelled
+        # jobs queued, not started and not cancelled, per (model, translation or heavy)
+        self._waiting = {(name, kind): 0 for name in names for kind in (True, False)}
         self._count = threading.Lock()
         self._threads = [threading.Thread(target=self._work, args=(name, jobs), name=f"attnmt-serve-{name}",
                                           daemon=True) for name, jobs in self._queues.items()]
@@ -82,14 +86,16 @@ class ModelWorkers:
 
     def run(self, model: str, job: Callable[[], T], priority: int = 0) -> T:
         """Queue ``job`` on ``model``'s worker and wait for its result (or its exception);
-        RuntimeError(BUSY) when ``MAX_WAITING`` jobs already wait there, ClientGone when the
+        RuntimeError(BUSY) when as many jobs of its kind already wait there as its bound
+        (``MAX_WAITING_TRANSLATIONS`` for priority 0, else ``MAX_WAITING``), ClientGone when the
         client left before the job started (module docstring)."""
         if self._stopped.is_set():
             raise RuntimeError(STOPPING)
+        kind = (model, priority <= 0)
         with self._count:
-            if self._waiting[model] >= MAX_WAITING:
+            if self._waiting[kind] >= (MAX_WAITING_TRANSLATIONS if priority <= 0 else MAX_WAITING):
                 raise RuntimeError(BUSY)
-            self._waiting[model] += 1
+            self._waiting[kind] += 1
         done: Future = Future()
         self._queues[model].put((priority, next(self._order), job, done))
         gone = getattr(_client, "gone", None)
@@ -98,23 +104,24 @@ class ModelWorkers:
                 return done.result(timeout=None if gone is None else 0.25)
             except FutureTimeout:
                 if gone is not None and gone() and done.cancel():
-                    self._left(model)
+                    self._left(kind)
                     raise ClientGone("the client left before its job started") from None
 
-    def _left(self, model: str) -> None:
-        """A job of ``model`` stopped waiting: it started, or was cancelled."""
+    def _left(self, kind: tuple[str, bool]) -> None:
+        """A job of ``kind`` (its model, and whether it is a translation) stopped waiting: it
+        started, or was cancelled."""
         with self._count:
-            self._waiting[model] -= 1
+            self._waiting[kind] -= 1
 
     def _work(self, model: str, jobs: queue.PriorityQueue) -> None:
         torch.set_num_threads(1)  # this thread's own: no OpenMP team to share (module docstring)
         while True:
-            _, _, job, done = jobs.get()
+            priority, _, job, done = jobs.get()
             if job is None:
                 return
             if not done.set_running_or_notify_cancel():
                 continue
-            self._left(model)
+            self._left((model, priority <= 0))
             try:
                 done.set_result(job())
             except BaseException as error:  # noqa: BLE001 - handed to the request that asked for it

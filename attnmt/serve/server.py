@@ -119,6 +119,11 @@ class AttnmtServer(ThreadingHTTPServer):
         return True
 
 
+def is_ascii_number(text: str) -> bool:
+    """Whether ``text`` is a number in ASCII digits ("²" and other Unicode digits are not)."""
+    return text.isascii() and text.isdigit()
+
+
 class Handler(BaseHTTPRequestHandler):
     server: AttnmtServer
     protocol_version = "HTTP/1.1"
@@ -197,11 +202,14 @@ class Handler(BaseHTTPRequestHandler):
         """The request's JSON object; RequestError for anything else."""
         if self.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
             raise RequestError(415, "send JSON (Content-Type: application/json)")
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise RequestError(411, "send the body with a Content-Length, not a Transfer-Encoding")
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            raise RequestError(411, "give the Content-Length of the body")
-        if int(length) > MAX_BODY:
-            raise RequestError(413, f"the body is {length} bytes, more than {MAX_BODY}")
+        if length is None or not is_ascii_number(length.strip()):
+            raise RequestError(411, "give the Content-Length of the body (ASCII digits)")
+        length = length.strip()
+        if len(length) > len(str(MAX_BODY)) or int(length) > MAX_BODY:
+            raise RequestError(413, f"the body is {length:.20} bytes, more than {MAX_BODY}")
         data = self.rfile.read(int(length))
         self._reading = False
         if len(data) < int(length):
@@ -238,6 +246,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._reading = False
+        if self._carries_body():  # unread, it would be taken for the next request: refused, and the connection closed
+            self._error(HTTPStatus.BAD_REQUEST, f"a {self.command} request carries no body")
+            return
         if self._refused():
             return
         path = self._request_path()
@@ -250,6 +261,12 @@ class Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, "no such page")
 
     do_HEAD = do_GET
+
+    def _carries_body(self) -> bool:
+        """Whether the request says it has a body (a Content-Length other than 0, or a Transfer-Encoding)."""
+        length = self.headers.get("Content-Length")
+        return self.headers.get("Transfer-Encoding") is not None or (
+            length is not None and length.strip() != "0")
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         if self._refused():

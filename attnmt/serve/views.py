@@ -424,6 +424,9 @@ def _groups(pieces: Sequence[str]) -> list[tuple[int, int]]:
     return [(start, stop) for _, start, stop in group_pieces(list(pieces))]
 
 
+MAX_INDEX_DIGITS = 6  # a word index of a sentence of at most 1,000 characters
+
+
 def _links(text: str, sources: int, targets: int) -> set[tuple[int, int]]:
     """Pharaoh links "i-j ..." (0-based) within the sentence; RequestError naming a bad one."""
     links = set()
@@ -431,10 +434,11 @@ def _links(text: str, sources: int, targets: int) -> set[tuple[int, int]]:
         left, dash, right = item.partition("-")
         if not dash or not (left.isascii() and left.isdigit()) or not (right.isascii() and right.isdigit()):
             raise RequestError(400, f"links: {item!r:.20} is not i-j (source word i, reference word j, from 0)")
+        if len(left) > MAX_INDEX_DIGITS or len(right) > MAX_INDEX_DIGITS or int(left) >= sources \
+                or int(right) >= targets:  # (int() of thousands of digits would fail: it is never tried)
+            raise RequestError(400, f"links: {item!r:.20} names a word the sentences do not have ({sources} "
+                                    f"source, {targets} reference words)")
         i, j = int(left), int(right)
-        if i >= sources or j >= targets:
-            raise RequestError(400, f"links: {item} names a word the sentences do not have ({sources} source, "
-                                    f"{targets} reference words)")
         links.add((i, j))
     if len(links) > MAX_LINKS:
         raise RequestError(413, f"links: more than {MAX_LINKS}")
