@@ -40,7 +40,13 @@
    serve`` (smuggled, pipelined, odd JSON and paths, hang-ups, SIGINT during work), special files
    (FIFOs, devices, links to /dev/zero) where a config is read or an output written, YAML alias
    bombs, deep nesting, long numbers and files of megabytes in three places, and standard output on
-   a full disk. ``--only`` runs some categories and puts their rows into the existing JSON, which
+   a full disk.
+10. What a second probe found (``fault_data/streams.py``): a file that appears at an output's name
+   while the command works, standard input that is not UTF-8, upper-case suffixes, a closed standard
+   output, devices and FIFOs as corpora; seeds out of range, titles with ``$``, a checkpoint asking
+   for a huge model under ``ulimit -v``, words that must name the right thing, a check of a forward
+   that never returns, a run folder as an output folder; and serve's queues and request bodies.
+   ``--only`` runs some categories and puts their rows into the existing JSON, which
    then says which commit measured each category.
 
 Outcomes per case: "correct" (a right result), "clear error" (one line, status 2), "traceback",
@@ -104,6 +110,7 @@ from fault_data.cases import (
     structured_formats,
 )
 from fault_data.probe import bombs, serve_http, special_files, special_unchanged, stdout_full
+from fault_data.streams import files_and_streams, serve_queues_and_bodies, values_and_words
 from fault_data.untrusted import edited_checkpoints, edited_configs, misbehaving_mechanisms
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -627,6 +634,7 @@ def recorded_cases(categories: dict[str, list[dict]]) -> dict:
 
 
 GENERATED = ("serve over HTTP", "special files", "bombs and oversized configs", "standard output on a full disk",
+             "files and streams", "values and words", "serve queues and bodies",
              "fuzzed input", "hostile files", "outputs onto inputs", "odd numbers", "structured formats",
              "edited run configs", "edited checkpoints", "misbehaving mechanisms")
 
@@ -715,7 +723,7 @@ def main_only(args) -> None:
         {name: {"commit": commit, "seconds": round(time.monotonic() - begun), "seed": args.seed,
                 "command": "python benchmarks/faults.py --only " + " ".join(f'"{n}"' for n in categories)}
          for name in categories})
-    for option in ("http", "special", "bombs", "stdout"):
+    for option in ("http", "special", "bombs", "stdout", "streams", "values", "queues"):
         record[option] = getattr(args, option)
     record["cases_in_all"] = sum(row["cases"] for row in record["summary"])
     write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")
@@ -740,7 +748,8 @@ def run_probe_cases(cases, folder: Path) -> list[dict]:
     return results
 
 
-PROBE = ("serve over HTTP", "special files", "bombs and oversized configs", "standard output on a full disk")
+PROBE = ("serve over HTTP", "special files", "bombs and oversized configs", "standard output on a full disk",
+         "files and streams", "values and words", "serve queues and bodies")
 
 
 def probe(args, rng: random.Random, folder: Path, reference: Path, config: Path) -> dict[str, list[dict]]:
@@ -762,7 +771,27 @@ def probe(args, rng: random.Random, folder: Path, reference: Path, config: Path)
     if "standard output on a full disk" in wanted:
         print(f"standard output on a full disk: {args.stdout} cases", flush=True)
         categories["standard output on a full disk"] = list(stdout_full(rng, args.stdout, reference, ENV))
+    if "files and streams" in wanted:
+        print(f"files and streams: {args.streams} cases", flush=True)
+        categories["files and streams"] = _printed(files_and_streams(rng, args.streams, folder, reference, ENV))
+    if "values and words" in wanted:
+        print(f"values and words: {args.values} cases", flush=True)
+        categories["values and words"] = _printed(values_and_words(rng, args.values, folder, reference, ENV))
+    if "serve queues and bodies" in wanted:
+        print(f"serve queues and bodies: {args.queues} requests", flush=True)
+        categories["serve queues and bodies"] = _printed(serve_queues_and_bodies(rng, args.queues, reference, ENV))
     return categories
+
+
+def _printed(results) -> list[dict]:
+    """The results of a generator of result dicts, each that is not correct or a clear error printed."""
+    kept = []
+    for result in results:
+        if result["outcome"] not in ("correct", "clear error"):
+            print(f"  {result['family']}: {result['outcome']}: {result['case'][:120]} -> {result.get('message', '')}",
+                  flush=True)
+        kept.append(result)
+    return kept
 
 
 def main() -> None:
@@ -784,6 +813,14 @@ def main() -> None:
     parser.add_argument("--special", type=int, default=200, help="special files read or written (default 200)")
     parser.add_argument("--bombs", type=int, default=240, help="alias bombs and oversized configs (default 240)")
     parser.add_argument("--stdout", type=int, default=40, help="commands writing to /dev/full (default 40)")
+    parser.add_argument("--streams", type=int, default=60,
+                        help="files appearing, bad standard input, suffixes, closed stdout, special corpora "
+                             "(default 60)")
+    parser.add_argument("--values", type=int, default=64,
+                        help="seeds, titles, huge checkpoints, words, hanging checks, run folders as outputs "
+                             "(default 64)")
+    parser.add_argument("--queues", type=int, default=24,
+                        help="serve: translations behind saliency, odd lengths, GET bodies, gold digits (default 24)")
     parser.add_argument("--only", nargs="+", choices=PROBE, default=None, metavar="CATEGORY",
                         help=f"run only these of the probe's categories ({'; '.join(PROBE)}) and merge their rows "
                              "into the existing JSON")
@@ -857,6 +894,7 @@ def main() -> None:
               "signals": args.signals, "configs": args.configs, "checkpoints": args.checkpoints,
               "mechanisms": args.mechanisms, "cases_in_all": sum(len(cases) for cases in categories.values()),
               "http": args.http, "special": args.special, "bombs": args.bombs, "stdout": args.stdout,
+              "streams": args.streams, "values": args.values, "queues": args.queues,
               "seed": args.seed, "summary": rows,
               "cases": recorded_cases(categories)}
     write_text_atomic(args.output, json.dumps(portable(record), indent=2, ensure_ascii=False) + "\n")
