@@ -832,6 +832,9 @@ def main() -> None:
     rng = random.Random(args.seed)
     torch.set_num_threads(1)
     begun = time.monotonic()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT,
+                             capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="attnmt-faults-") as temporary:
         folder = Path(temporary)
         # The code a user trained with is listed in a file of the benchmark's own, never the user's.
@@ -888,6 +891,8 @@ def main() -> None:
 
     rows = summary_rows(categories)
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
+              "commit": commit + ("+uncommitted changes" if changed else ""),
+              "command": "python benchmarks/faults.py " + " ".join(sys.argv[1:]),
               "seconds": round(time.monotonic() - begun),
               "torch": torch.__version__, "kills": args.kills, "disk": args.disk, "fuzz": args.fuzz,
               "hostile": args.hostile, "onto": args.onto, "numbers": args.numbers, "formats": args.formats,
