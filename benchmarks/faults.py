@@ -882,12 +882,12 @@ def main() -> None:
         print(f"misbehaving mechanisms: {args.mechanisms} cases", flush=True)
         categories["misbehaving mechanisms"] = run_cases(
             misbehaving_mechanisms(rng, args.mechanisms, folder, user_run, configs), folder)
-        categories.update(probe(args, rng, folder, reference, config))
         if read_only_mounts_work():
             print("read-only folders", flush=True)
             categories["read-only folders"] = list(read_only_folders(folder, reference, config, data, ENV))
         else:
             print("read-only folders: skipped (needs unshare -m and the right to mount, as root)", flush=True)
+        categories.update(probe(args, rng, folder, reference, config))  # last, as --only merges them
 
     rows = summary_rows(categories)
     record = {"question": "does attnmt end every faulty case correctly or with a clear error?",
