@@ -36,10 +36,18 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from attnmt.attention.handout import HandoutAttention, is_handout_form
 from attnmt.attention.mechanisms import Attention
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.attention.registry import build_attention, canonical_name, is_builtin
-from attnmt.attention.user import UserCodeError, UserCodeFault, build_user_score, contract_form, raised
+from attnmt.attention.user import (
+    UserCodeError,
+    UserCodeFault,
+    build_user_score,
+    contract_form,
+    load_user_class,
+    raised,
+)
 from attnmt.errors import ConfigError
 from attnmt.runtime.memory import available_ram
 
@@ -116,7 +124,12 @@ class Subject:
     def __init__(self, spec: str, model: str, dims: tuple[int, int, int], heads: int, options: dict[str, Any]):
         self.spec, self.model, self.dims, self.heads, self.options = spec, model, dims, heads, options
         self.module = self.build(dims)
-        self.form = "transformer score" if model == "transformer" else contract_form(self._user_part(self.module))
+        if model == "transformer":
+            self.form = "transformer score"
+        elif isinstance(self.module, HandoutAttention):
+            self.form = "handout"
+        else:
+            self.form = contract_form(self._user_part(self.module))
 
     def _user_part(self, module: nn.Module) -> nn.Module:
         return getattr(module, "module", module)
@@ -298,7 +311,8 @@ def _padding(subject: Subject, generator: torch.Generator) -> str:
 
 
 def _gradcheck(subject: Subject, generator: torch.Generator) -> str:
-    small = (3, 3, 3) if subject.model == "transformer" else (8, 8, 6)
+    # the handout's values are its keys, the encoder states (Eq. 15): value_dim = key_dim
+    small = (3, 3, 3) if subject.model == "transformer" else (8, 8, 8) if subject.form == "handout" else (8, 8, 6)
     torch.manual_seed(0)
     module = subject.build(small).double().eval()
     x = subject.inputs(2, 4, generator, dims=small, lengths=[4, 2]).to(torch.float64)
@@ -330,7 +344,7 @@ def _finite_gradients(subject: Subject, generator: torch.Generator) -> str:
 
 def _all_steps(subject: Subject, generator: torch.Generator) -> str:
     module = cast(Attention, subject.module)
-    if subject.model == "transformer" or subject.form != "prepared":
+    if subject.model == "transformer" or subject.form not in ("prepared", "handout"):
         raise NotApplicable("per-step path: attnmt asks it one decoding step at a time")
     x = subject.inputs(4, 7, generator)
     steps = 5
@@ -548,6 +562,8 @@ def check_mechanism(
         raise ConfigError(f"{spec!r} is a built-in mechanism; model='transformer' checks your own score(q, k) class "
                           "(path/to/file.py:Class), used in every layer of a Transformer")
     options = dict(options or {})
+    if model == "rnn" and not is_builtin(name) and is_handout_form(load_user_class(name)):
+        dims = (dims[0], dims[1], dims[1])  # the handout's values are the encoder states themselves (Eq. 15)
     _check_memory(name, model, dims, heads, options)
     torch.manual_seed(seed)
     try:

@@ -3,7 +3,8 @@
 Built-in names (``ATTENTION_TYPES``, aliases included) build the mechanisms of
 ``attnmt.attention.mechanisms``. Any other name is a user's mechanism (``attnmt.attention.user``):
 ``path/to/file.py:Class``, ``package.module:Class``, a ``register_attention`` name or an entry
-point of the group ``attnmt.attention``. Built-in names win: no user name can take one.
+point of the group ``attnmt.attention``; its class follows attnmt's contract or the course
+handout's form (``attnmt.attention.handout``). Built-in names win: no user name can take one.
 
     build_attention(name, query_dim, key_dim, value_dim=None, **options) -> Attention
         behind one interface: prepare(keys [B, S, Dk], values [B, S, Dv], mask [B, S]) once per
@@ -15,10 +16,12 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
+from attnmt.attention.handout import build_handout_attention, is_handout_form
 from attnmt.attention.mechanisms import BUILTIN_ALIASES, BUILTIN_BUILDERS, BUILTIN_NAMES, Attention
 from attnmt.attention.user import (
     build_user_attention,
     is_user_name,
+    load_user_class,
     register_attention,
     registered_names,
 )
@@ -79,6 +82,10 @@ def build_attention(name: str, query_dim: int, key_dim: int, value_dim: int | No
     """
     key = canonical_name(name)
     if key not in BUILTIN_BUILDERS:
+        cls = load_user_class(key)
+        if is_handout_form(cls):  # the course handout's (enc_hid_dim, dec_hid_dim): attnmt.attention.handout
+            return build_handout_attention(cls, key, query_dim, key_dim, key_dim if value_dim is None else value_dim,
+                                           **options)
         return build_user_attention(key, query_dim, key_dim, value_dim, **options)
     try:
         return BUILTIN_BUILDERS[key](query_dim, key_dim, value_dim, **options)

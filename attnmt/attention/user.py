@@ -387,7 +387,9 @@ def instantiate(cls: type, label: str, query_dim: int, key_dim: int, value_dim: 
     except TypeError as error:
         raise UserCodeError(
             f"attention {label!r}: {cls.__name__}(query_dim=..., key_dim=..., value_dim=...{_options_text(options)}) "
-            f"does not fit its constructor: {error}"
+            f"does not fit its constructor: {error}; attnmt takes either form: (query_dim, key_dim, value_dim) with "
+            "forward(query, keys, values, mask), or the handout's (enc_hid_dim, dec_hid_dim) with "
+            "forward(hidden, encoder_outputs)"
         ) from None
     except ValueError:  # no signature to read (a C type): let the call say
         pass
