@@ -5,6 +5,7 @@ is checked, trains and translates in attnmt unchanged."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,102 @@ def test_the_handout_class_trains_and_translates_unchanged(tmp_path):
     done = subprocess.run([sys.executable, "-m", "attnmt", "check", HOMEWORK, "--no-speed"], capture_output=True,
                           text=True, env=ENV, timeout=120)
     assert done.returncode == 0 and "(rnn, handout form): all properties hold" in done.stdout
+
+
+SUBMISSIONS = PROJECT / "tests" / "data" / "submissions"
+HANDOUT_CLASS = "SingleQueryScaledDotProductAttention"
+
+#: each planted mistake: the edits that make it from the correct submission (tests/data/submissions/correct.py)
+PLANTED = {
+    "no_scale": [(" / math.sqrt(self.kq_dim)", "")],
+    "softmax_over_batch": [("torch.softmax(scores, dim=1)", "torch.softmax(scores, dim=0)")],
+    "projected_values": [("self.kq_dim = kq_dim\n",
+                          "self.kq_dim = kq_dim\n        self.W_v = nn.Linear(2 * enc_hid_dim, 2 * enc_hid_dim)\n"),
+                         ("* encoder_outputs).sum(0)", "* self.W_v(encoder_outputs)).sum(0)")],
+    "alpha_time_first": [("return attended_val, alpha", "return attended_val, alpha.t()")],
+}
+
+
+def submission(name: str, folder: Path | None = None) -> str:
+    """The spec of a planted submission: a file of tests/data/submissions, or one of ``PLANTED``
+    written into ``folder``."""
+    if name not in PLANTED:
+        return f"{SUBMISSIONS / name}.py:{HANDOUT_CLASS}"
+    assert folder is not None
+    text = (SUBMISSIONS / "correct.py").read_text()
+    for old, new in PLANTED[name]:
+        assert old in text, (name, old)
+        text = text.replace(old, new)
+    (folder / f"{name}.py").write_text(text)
+    return f"{folder / name}.py:{HANDOUT_CLASS}"
+
+
+def failing(report) -> set[str]:
+    return {result.name for result in report.results if result.status == "fail"}
+
+
+@pytest.mark.parametrize("name, fails, equation, counterexample", [
+    ("no_scale", {"scale"}, "Eq. 1", "without the 1/√d (d = 512"),
+    ("softmax_over_batch", {"weights", "batch"}, "Eq. 1", "sum to"),
+    ("projected_values", {"values"}, "Eq. 15", "must be that encoder output"),
+    ("alpha_time_first", {"shapes", "weights"}, "the handout's shapes", "time first?"),
+])
+def test_each_planted_mistake_is_marked_by_the_equation_it_breaks(name, fails, equation, counterexample, tmp_path):
+    report = check_mechanism(submission(name, tmp_path), speed=False)
+    assert report.form == "handout" and not report.passed
+    assert fails <= failing(report)
+    if name in ("no_scale", "projected_values"):  # one mistake, one failure: the rest of the class is right
+        assert failing(report) == fails
+    first = report.broken_equations()[0]
+    assert first.equation.startswith(equation) and counterexample in first.detail, (first.equation, first.detail)
+    if equation == "the handout's shapes":
+        assert len(report.broken_equations()) == 1  # nothing else can be judged without the shapes
+
+
+def test_a_correct_submission_passes_every_equation_with_one_line(tmp_path):
+    report = check_mechanism(submission("correct"), speed=False)
+    assert report.passed and not report.broken_equations()
+    assert {r.name: r.status for r in report.results}["scale"] == "pass"
+    done = subprocess.run([sys.executable, "-m", "attnmt", "check", submission("projected_values", tmp_path),
+                           "--no-speed"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "breaks Eq. 15 (v_j = h̄_j, the encoder outputs themselves):" in done.stdout
+
+
+def test_the_scale_is_checked_when_the_name_says_so_or_when_asked(tmp_path):
+    text = Path(submission("no_scale", tmp_path).rpartition(":")[0]).read_text()
+    (tmp_path / "mine.py").write_text(text.replace(HANDOUT_CLASS, "MyHomework"))
+    spec = f"{tmp_path / 'mine.py'}:MyHomework"
+    unnamed = check_mechanism(spec, speed=False)
+    assert unnamed.passed and {r.name: r.status for r in unnamed.results}["scale"] == "n/a"
+    asked = check_mechanism(spec, speed=False, expect="scaled_dot")
+    assert failing(asked) == {"scale"}
+
+
+def test_a_class_without_two_linear_projections_skips_the_scale_with_its_reason(tmp_path):
+    (tmp_path / "params.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass SingleQueryScaledDotProductAttention(nn.Module):\n"
+        "    def __init__(self, enc_hid_dim, dec_hid_dim, kq_dim=8):\n        super().__init__()\n"
+        "        self.W = nn.Parameter(torch.randn(dec_hid_dim, 2 * enc_hid_dim) * 0.1)\n\n"
+        "    def forward(self, hidden, encoder_outputs):\n"
+        "        scores = torch.einsum('bd,de,sbe->bs', hidden, self.W, encoder_outputs)\n"
+        "        alpha = torch.softmax(scores, dim=1)\n"
+        "        return torch.einsum('bs,sbe->be', alpha, encoder_outputs), alpha\n")
+    report = check_mechanism(f"{tmp_path / 'params.py'}:{HANDOUT_CLASS}", speed=False)
+    scale = next(r for r in report.results if r.name == "scale")
+    assert report.passed and scale.status == "n/a" and "has no such pair" in scale.detail
+
+
+@pytest.mark.parametrize("name, message", [
+    ("exits_at_import", "called sys.exit('bye')"),
+    ("syntax_error", "syntax_error.py:6: syntax error"),
+])
+def test_a_submission_that_cannot_be_loaded_is_one_line(name, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_mechanism(submission(name), speed=False)
+
+
+def test_a_submission_that_never_returns_fails_without_blaming_an_equation():
+    report = check_mechanism(submission("endless_loop"), speed=False, seconds=1.0)
+    assert not report.passed and not report.broken_equations()
+    assert report.results[0].detail.startswith("did not return within 1 s")

@@ -9,6 +9,7 @@ mask with True = may attend) and gives pass or fail with a counterexample (which
                   the row's query, keys or values (0, or an output projection's bias)
     large inputs  queries and keys × 1e4: everything finite, the weights still a distribution
     batch         a sentence's result is the same alone as inside its batch
+    order         ... and the same wherever it stands in the batch (its rows permuted)
     padding       ... and the same with extra padding positions after it (their weights 0)
     gradcheck     float64 analytic gradients equal finite differences (torch.autograd.gradcheck)
     finite grads  float32 gradients of parameters and inputs finite, a fully masked row included
@@ -17,6 +18,15 @@ mask with True = may attend) and gives pass or fail with a counterexample (which
     repeatable    two calls in eval mode give the same numbers
     speed         forward + backward time against the built-in scaled_dot at a stated size (info)
 
+A class in the course handout's form (attnmt.attention.handout) is also checked by the handout's
+equations, and each failure names the one it breaks (``HANDOUT_EQUATIONS``):
+
+    scale         Eq. 1: α = softmax_j(q·k_j / √d), through its two nn.Linear projections (for a
+                  class whose name says scaled dot-product, or with expect="scaled_dot")
+    output        Eq. 2: attended_val = Σ_j α_j v_j with the α it returns, v_j being its answer for
+                  source position j alone (where α_j = 1)
+    values        Eq. 15: v_j = h̄_j, the encoder outputs themselves
+
 For a Transformer score class (``model="transformer"``) the subject is a MultiHeadAttention layer
 whose scores come from it (h heads of size d; the padding mask and softmax are attnmt's).
 """
@@ -24,6 +34,8 @@ whose scores come from it (h heads of size d; the padding mask and softmax are a
 from __future__ import annotations
 
 import copy
+import math
+import re
 import signal
 import threading
 import time
@@ -65,6 +77,7 @@ class PropertyResult:
     name: str
     status: str  # "pass", "fail", "n/a" or "info"
     detail: str = ""  # the counterexample of a failure, or what was measured
+    equation: str = ""  # for the handout's form: the equation (or the handout's rule) the property stands for
 
 
 @dataclass
@@ -85,8 +98,19 @@ class CheckReport:
         return {
             "spec": self.spec, "model": self.model, "form": self.form, "passed": self.passed,
             "seconds": round(self.seconds, 2),
-            "properties": [{"property": r.name, "status": r.status, "detail": r.detail} for r in self.results],
+            "properties": [{"property": r.name, "status": r.status, "detail": r.detail,
+                            **({"equation": r.equation} if r.equation else {})} for r in self.results],
         }
+
+    def broken_equations(self) -> list[PropertyResult]:
+        """The first failed property of each of the handout's equations it breaks (handout form only);
+        only the shapes when those are wrong, since nothing else can be judged then."""
+        first: dict[str, PropertyResult] = {}
+        for result in self.results:
+            if result.status == "fail" and result.equation:
+                first.setdefault(result.equation, result)
+        shapes = [result for result in first.values() if result.name == "shapes"]
+        return shapes or list(first.values())
 
 
 class Failure(Exception):
@@ -121,8 +145,10 @@ class Inputs:
 class Subject:
     """What is checked: a module, how to call it, and the shapes it must give."""
 
-    def __init__(self, spec: str, model: str, dims: tuple[int, int, int], heads: int, options: dict[str, Any]):
+    def __init__(self, spec: str, model: str, dims: tuple[int, int, int], heads: int, options: dict[str, Any],
+                 expect: str | None = None):
         self.spec, self.model, self.dims, self.heads, self.options = spec, model, dims, heads, options
+        self.expect = expect
         self.module = self.build(dims)
         if model == "transformer":
             self.form = "transformer score"
@@ -133,6 +159,15 @@ class Subject:
 
     def _user_part(self, module: nn.Module) -> nn.Module:
         return getattr(module, "module", module)
+
+    @property
+    def class_name(self) -> str:
+        return type(self._user_part(self.module)).__name__
+
+    @property
+    def expects_scaled_dot(self) -> bool:
+        """Asked for (``expect``), or said by the class's name (SingleQueryScaledDotProductAttention)."""
+        return self.expect == "scaled_dot" or "scaleddot" in re.sub("[^a-z]", "", self.class_name.lower())
 
     def build(self, dims: tuple[int, int, int]) -> nn.Module:
         if self.model == "transformer":
@@ -286,12 +321,25 @@ def _large(subject: Subject, generator: torch.Generator) -> str:
 
 
 def _batch(subject: Subject, generator: torch.Generator) -> str:
-    x = subject.inputs(5, 8, generator)
+    # mostly one length, so that a handout-form class gets these rows in one call
+    x = subject.inputs(5, 8, generator, lengths=[8, 8, 6, 8, 3])
     context, weights = subject.call(subject.module, x)
     for row in range(5):
         alone_context, alone_weights = subject.call(subject.module, x.rows(slice(row, row + 1)))
         _close("context", alone_context[0], context[row], f"row {row} alone differs from row {row} in the batch")
         _close("weights", alone_weights[0], weights[row], f"row {row} alone differs from row {row} in the batch")
+    return ""
+
+
+def _order(subject: Subject, generator: torch.Generator) -> str:
+    x = subject.inputs(5, 6, generator, lengths=[6] * 5)
+    context, weights = subject.call(subject.module, x)
+    order = torch.tensor([3, 0, 4, 1, 2])
+    permuted = Inputs(x.query[order], x.keys[order], x.values[order], x.mask[order])
+    permuted_context, permuted_weights = subject.call(subject.module, permuted)
+    where = "with the batch's rows in the order 3 0 4 1 2"
+    _close("context", permuted_context, context[order], where)
+    _close("weights", permuted_weights, weights[order], where)
     return ""
 
 
@@ -356,6 +404,95 @@ def _all_steps(subject: Subject, generator: torch.Generator) -> str:
         _close("context", context[:, step], one_context, f"step {step} of all steps at once differs from it alone")
         _close("weights", weights[:, step], one_weights, f"step {step} of all steps at once differs from it alone")
     return ""
+
+
+# -- the handout's equations (a class in the course handout's form) -------------------------------------
+
+
+def _handout_values(subject: Subject, generator: torch.Generator) -> str:
+    """Eq. 15: with one source position α_1 = 1, so the answer is v_1, which must be h̄_1 itself."""
+    x = subject.inputs(4, 1, generator, lengths=[1] * 4)
+    context, _ = subject.call(subject.module, x)
+    _close("attended_val", context, x.values[:, 0],
+           "with one source position α_1 = 1, so attended_val is v_1, which must be that encoder output h̄_1")
+    return "v_j = h̄_j"
+
+
+def _handout_output(subject: Subject, generator: torch.Generator) -> str:
+    """Eq. 2: attended_val = Σ_j α_j v_j, with the α it returns and v_j its answer for position j alone."""
+    batch, source = 3, 5
+    x = subject.inputs(batch, source, generator, lengths=[source] * batch)
+    context, weights = subject.call(subject.module, x)
+    alone = torch.ones(batch, 1, dtype=torch.bool)
+    values = torch.stack([subject.call(subject.module, Inputs(x.query, x.keys[:, j:j + 1], x.values[:, j:j + 1],
+                                                              alone))[0] for j in range(source)], dim=1)
+    _close("attended_val", context, (weights.unsqueeze(-1) * values).sum(dim=1),
+           "attended_val is not Σ_j α_j v_j of the α it returns (v_j: its attended_val for position j alone)")
+    return "a = Σ_j α_j v_j"
+
+
+#: the sizes the 1/√d is checked at: dec_hid_dim 12, enc_hid_dim 8 (so 2 * enc_hid_dim = 16 ≠ 12)
+SCALE_DIMS = (12, 16, 16)
+
+
+def _handout_scale(subject: Subject, generator: torch.Generator) -> str:
+    """Eq. 1: α = softmax_j(q·k_j / √d), q and k from the class's own two nn.Linear projections."""
+    if not subject.expects_scaled_dot:
+        raise NotApplicable(f"{subject.class_name} does not say it is scaled dot-product attention; "
+                            "--expect scaled_dot checks its 1/√d")
+    torch.manual_seed(0)
+    attention = subject.build(SCALE_DIMS).double().eval()
+    layers = {name.removeprefix("module."): layer for name, layer in attention.named_modules()
+              if isinstance(layer, nn.Linear)}
+    query_dim, key_dim, _ = SCALE_DIMS
+    pairs = [(q, k) for q in layers if layers[q].in_features == query_dim for k in layers
+             if layers[k].in_features == key_dim and layers[k].out_features == layers[q].out_features]
+    if not pairs:
+        raise NotApplicable("the 1/√d is checked through a query projection nn.Linear(dec_hid_dim, d) and a key "
+                            f"projection nn.Linear(2 * enc_hid_dim, d); {subject.class_name} has no such pair")
+    x = subject.inputs(3, 6, generator, dims=SCALE_DIMS, lengths=[6] * 3).to(torch.float64)
+    with torch.no_grad():
+        _, weights = subject.call(attention, x)
+        fits = []
+        for q, k in pairs:
+            raw = torch.einsum("bd,bsd->bs", layers[q](x.query), layers[k](x.values))  # q·k_j
+            d = layers[q].out_features
+            expected = torch.softmax(raw / math.sqrt(d), dim=-1)
+            if torch.allclose(weights, expected, rtol=0, atol=1e-6):
+                return f"α = softmax(q·k_j / √d) with q from {q}, k from {k}, d = {d}"
+            fits.append((q, k, d, raw, expected))
+    q, k, d, raw, expected = fits[0]
+    if bool((weights > 0).all()):
+        # α = softmax(c · q·k_j) <=> log α_j − mean log α = c (s_j − mean s): fit c, see what it was
+        centred_raw, logs = raw - raw.mean(-1, keepdim=True), weights.log()
+        centred_log = logs - logs.mean(-1, keepdim=True)
+        scale = float((centred_raw * centred_log).sum() / (centred_raw ** 2).sum())
+        if float((centred_log - scale * centred_raw).abs().max()) < 1e-6:
+            if abs(scale - 1) < 1e-6:
+                raise Failure(f"the scores are not scaled: α = softmax(q·k_j), without the 1/√d "
+                              f"(d = {d}, so 1/√d = {1 / math.sqrt(d):.4g}; q from {q}, k from {k})")
+            told = " (1/d, not 1/√d)" if abs(scale - 1 / d) < 1e-6 else ""
+            raise Failure(f"the scores are scaled by {scale:.4g}{told}; Eq. 1 scales them by 1/√d = "
+                          f"{1 / math.sqrt(d):.4g} (d = {d}; q from {q}, k from {k})")
+    at = _first(~((weights - expected).abs() <= 1e-6))  # NaN too
+    raise Failure(f"α is not softmax(q·k_j / √d) of its layers {q} and {k}: at {_where(at, weights)} it is "
+                  f"{weights[at].item():.6g}, Eq. 1 gives {expected[at].item():.6g}")
+
+
+EQUATION_1 = "Eq. 1 (α = softmax_j(q·k_j / √d), a distribution over the source)"
+OWN_ANSWER = "the handout's batch (each sentence's answer is its own, whatever else is in the batch, in any order)"
+
+#: the handout's equation (or rule) each property stands for, named beside a handout-form class's failures
+HANDOUT_EQUATIONS = {
+    "shapes": "the handout's shapes (attended_val [batch_size, 2 * enc_hid_dim], alpha [batch_size, src_len])",
+    "weights": EQUATION_1,
+    "scale": EQUATION_1,
+    "large inputs": EQUATION_1,
+    "output": "Eq. 2 (attended_val = Σ_j α_j v_j, with the α it returns)",
+    "values": "Eq. 15 (v_j = h̄_j, the encoder outputs themselves)",
+    "batch": OWN_ANSWER,
+    "order": OWN_ANSWER,
+}
 
 
 class NotApplicable(Exception):
@@ -475,6 +612,7 @@ PROPERTIES: list[tuple[str, Callable[[Subject, torch.Generator], str]]] = [
     ("empty row", _empty_row),
     ("large inputs", _large),
     ("batch", _batch),
+    ("order", _order),
     ("padding", _padding),
     ("gradcheck", _gradcheck),
     ("finite grads", _finite_gradients),
@@ -483,6 +621,11 @@ PROPERTIES: list[tuple[str, Callable[[Subject, torch.Generator], str]]] = [
     ("repeatable", _repeatable),
     ("speed", _speed),
 ]
+
+
+#: a handout-form class gets the handout's equations after its weights
+HANDOUT_PROPERTIES = PROPERTIES[:2] + [("scale", _handout_scale), ("output", _handout_output),
+                                       ("values", _handout_values)] + PROPERTIES[2:]
 
 
 #: the largest sizes ``check`` builds a mechanism with (a size beyond is a typo, not a test)
@@ -538,9 +681,10 @@ def _checked_property(property_name: str, test: Callable, subject: Subject, gene
     return PropertyResult(property_name, status, detail)
 
 
-def check_mechanism(
+def check_mechanism(  # noqa: PLR0913 (the options of `attnmt check`, each a keyword)
     spec: str, model: str = "rnn", dims: tuple[int, int, int] = (32, 32, 24), heads: int = 4,
     options: dict[str, Any] | None = None, speed: bool = True, seed: int = 0, seconds: float | None = TIME_LIMIT,
+    expect: str | None = None,
 ) -> CheckReport:
     """Run every property on the mechanism ``spec`` (a built-in name too) and return the report.
 
@@ -548,7 +692,9 @@ def check_mechanism(
     of a head and ``heads`` their number. ``options`` go to its constructor. A mechanism that cannot
     be loaded or built raises UserCodeError (a ConfigError), and so does one whose constructor runs
     past ``seconds``. A property that runs past ``seconds`` fails, and those after it are not run
-    (the mechanism's code may be stuck for ever)."""
+    (the mechanism's code may be stuck for ever). A class in the handout's form is also checked by
+    its equations, each result naming its own (``expect="scaled_dot"`` asks for the 1/√d of Eq. 1
+    whatever the class is called)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     started = time.perf_counter()
@@ -568,13 +714,14 @@ def check_mechanism(
     torch.manual_seed(seed)
     try:
         with time_limit(seconds):
-            subject = Subject(name, model, dims, heads, options)
+            subject = Subject(name, model, dims, heads, options, expect)
     except TimeLimitReached:
         raise ConfigError(f"{spec}: building it did not return within {seconds:g} s (its constructor seems to "
                           "hang); nothing was checked") from None
     report = CheckReport(spec=name, model=model, form=subject.form)
     hung = None
-    for property_name, test in PROPERTIES:
+    handout = subject.form == "handout"
+    for property_name, test in HANDOUT_PROPERTIES if handout else PROPERTIES:
         if property_name == "speed" and not speed:
             continue
         if hung is not None:
@@ -585,6 +732,8 @@ def check_mechanism(
         result = _checked_property(property_name, test, subject, generator, seconds)
         if result.detail.startswith(HUNG):
             hung = property_name
+        if handout and hung is None:  # a forward that never returns breaks no equation in particular
+            result.equation = HANDOUT_EQUATIONS.get(property_name, "")
         report.results.append(result)
     subject.module.eval()
     report.seconds = time.perf_counter() - started

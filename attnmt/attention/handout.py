@@ -35,9 +35,16 @@ import torch
 from torch import nn
 
 from attnmt.attention.mechanisms import Attention, PreparedKeys
-from attnmt.attention.user import CONTRACT_KEYWORDS, UserCodeError, checked_answer, raised, running_user_code
+from attnmt.attention.user import (
+    CONTRACT_KEYWORDS,
+    UserCodeError,
+    UserCodeFault,
+    checked_answer,
+    raised,
+    running_user_code,
+)
 
-__all__ = ["HANDOUT_KEYWORDS", "HandoutAttention", "build_handout_attention", "is_handout_form"]
+__all__ = ["HANDOUT_KEYWORDS", "HandoutAttention", "build_handout_attention", "handout_answer", "is_handout_form"]
 
 #: The keywords the handout's constructor takes.
 HANDOUT_KEYWORDS = ("enc_hid_dim", "dec_hid_dim")
@@ -82,6 +89,20 @@ def build_handout_attention(cls: type, label: str, query_dim: int, key_dim: int,
     return HandoutAttention(module, query_dim, key_dim, label=label)
 
 
+def handout_answer(answer: Any, label: str, batch: int, source: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(attended_val, alpha)`` when ``answer`` is two tensors in the handout's shapes
+    [batch_size, 2 * enc_hid_dim] and [batch_size, src_len]; else UserCodeFault naming them."""
+    if isinstance(answer, (tuple, list)) and len(answer) == 2:
+        for name, value, shape, meaning in (
+                ("attended_val", answer[0], (batch, dim), "[batch_size, 2 * enc_hid_dim]"),
+                ("alpha", answer[1], (batch, source), "[batch_size, src_len]")):
+            if isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+                hint = " (time first? the handout returns it batch first)" if tuple(value.shape) == shape[::-1] else ""
+                raise UserCodeFault(label, f"forward returned {name} of shape {list(value.shape)}; the handout's "
+                                           f"shape is {meaning} = {list(shape)}{hint}")
+    return checked_answer(answer, label, "forward", (batch, dim), (batch, source))
+
+
 class HandoutAttention(Attention):
     """A handout-form module behind ``prepare`` / ``attend`` (the module docstring says how it is
     called). ``self.module`` is the student's, so its parameters are ``attention.module.*``."""
@@ -113,8 +134,7 @@ class HandoutAttention(Attention):
             hidden = queries[rows].reshape(group * steps, -1)
             with running_user_code(self.label, "forward"):
                 answer = self.module(hidden, encoder_outputs.transpose(0, 1))  # time first, as the handout has it
-            attended, alpha = checked_answer(answer, self.label, "forward", (group * steps, dim),
-                                             (group * steps, length))
+            attended, alpha = handout_answer(answer, self.label, group * steps, length, dim)
             context = context.index_copy(0, rows, attended.view(group, steps, dim).to(context.dtype))
             spread = alpha.new_zeros(group, steps, source).scatter(
                 2, positions.unsqueeze(1).expand(group, steps, length), alpha.view(group, steps, length))

@@ -2,7 +2,9 @@
 have: the shapes, weights that are a distribution over the allowed positions, zero weights on a row
 with none, finite numbers for huge inputs, independence of the batch and of padding, float64
 gradients equal to finite differences, the all-steps form, bf16, repeatability, and the speed
-against the built-in scaled_dot. Exit status 0 when all pass, 1 when any fails, 2 when a mechanism
+against the built-in scaled_dot. A class in the course handout's form (enc_hid_dim, dec_hid_dim;
+forward(hidden, encoder_outputs)) is also checked by the handout's equations: each failure names
+the one it breaks. Exit status 0 when all pass, 1 when any fails, 2 when a mechanism
 cannot be loaded.
 
   attnmt check examples/my_attention.py:MyAttention
@@ -31,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, default=4, help="heads of the Transformer layer (default 4)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a constructor option of the mechanism, e.g. --option attention_dim=64 (repeatable)")
+    parser.add_argument("--expect", choices=("scaled_dot",),
+                        help="for a class in the course handout's form: check the 1/√d of scaled dot-product "
+                             "attention (Eq. 1) whatever the class is called; a class whose name says ScaledDot is "
+                             "checked for it anyway")
     parser.add_argument("--no-speed", action="store_true", help="skip the timing against scaled_dot")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS",
                         help="seconds building the mechanism and each property may take; a forward that runs past "
@@ -62,6 +68,20 @@ def spec_file(spec: str) -> Path | None:
     return Path(target).expanduser() if colon and (target.endswith(".py") or "/" in target) else None
 
 
+def _handout_verdict(report) -> str:
+    """One line for a handout-form class that passes; else each equation it breaks, with its counterexample."""
+    broken = report.broken_equations()
+    if report.passed:
+        scale = next((r for r in report.results if r.name == "scale"), None)
+        checked = "Eq. 1 with its 1/√d" if scale is not None and scale.status == "pass" else "Eq. 1"
+        return (f"{report.spec} follows the handout: {checked}, Eq. 2 and Eq. 15, its shapes, and answers that do "
+                "not depend on the rest of the batch")
+    if not broken:
+        failed = [r for r in report.results if r.status == "fail"]
+        return f"{failed[0].name}: {failed[0].detail}" if failed else ""
+    return "\n".join(f"breaks {result.equation}:\n  {result.detail}" for result in broken)
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -85,12 +105,14 @@ def run(args: argparse.Namespace) -> int:
     for spec in args.specs:
         say("check", f"checking {spec} ...")
         report = check_mechanism(spec, model=args.model, dims=tuple(args.dims), heads=args.heads, options=options,
-                                 speed=not args.no_speed, seconds=args.time_limit)
+                                 speed=not args.no_speed, seconds=args.time_limit, expect=args.expect)
         reports.append(report)
         rows = [[result.name, result.status, result.detail] for result in report.results]
         print(f"{report.spec} ({report.model}, {report.form} form): "
               f"{'all properties hold' if report.passed else 'FAILS'} ({report.seconds:.1f} s)")
         print(format_table(["property", "result", "counterexample / measured"], rows))
+        if report.form == "handout":
+            print(_handout_verdict(report))
         print()
     if args.json is not None:
         try:
