@@ -288,3 +288,33 @@ class Browser:
             self._browser.close()
         finally:
             self._playwright.stop()
+
+
+# -- the course handout's planted submissions (tests/test_handout.py, tests/test_grade.py) ---------
+
+SUBMISSIONS = Path(__file__).resolve().parent / "data" / "submissions"
+HANDOUT_CLASS = "SingleQueryScaledDotProductAttention"
+
+#: each planted mistake: the edits that make it from the correct submission (tests/data/submissions/correct.py)
+PLANTED = {
+    "no_scale": [(" / math.sqrt(self.kq_dim)", "")],
+    "softmax_over_batch": [("torch.softmax(scores, dim=1)", "torch.softmax(scores, dim=0)")],
+    "projected_values": [("self.kq_dim = kq_dim\n",
+                          "self.kq_dim = kq_dim\n        self.W_v = nn.Linear(2 * enc_hid_dim, 2 * enc_hid_dim)\n"),
+                         ("* encoder_outputs).sum(0)", "* self.W_v(encoder_outputs)).sum(0)")],
+    "alpha_time_first": [("return attended_val, alpha", "return attended_val, alpha.t()")],
+}
+
+
+def submission(name: str, folder: Path | None = None) -> str:
+    """The spec of a planted submission: a file of tests/data/submissions, or one of ``PLANTED``
+    written into ``folder``."""
+    if name not in PLANTED:
+        return f"{SUBMISSIONS / name}.py:{HANDOUT_CLASS}"
+    assert folder is not None
+    text = (SUBMISSIONS / "correct.py").read_text()
+    for old, new in PLANTED[name]:
+        assert old in text, (name, old)
+        text = text.replace(old, new)
+    (folder / f"{name}.py").write_text(text)
+    return f"{folder / name}.py:{HANDOUT_CLASS}"

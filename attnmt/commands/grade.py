@@ -1,0 +1,55 @@
+"""Grade a course's attention homework: each submission (a student's .py file, or a folder
+holding one) is checked in a process of its own, with time and memory limits, where it can write
+only into its own scratch folder and read no other submission. Each gets attnmt check's properties
+and the handout's equations (Eq. 1, 2 and 15, the shapes, the batch); points come from a rubric.
+Run again, it grades only new or changed submissions.
+
+  attnmt grade submissions/ --class SingleQueryScaledDotProductAttention --out grades/
+  attnmt grade submissions/ --class SingleQueryScaledDotProductAttention --out grades/ --rubric rubric.yaml
+
+It writes DIR/gradebook.csv (a row per submission, a column per check, the points and the reason
+for any failure), DIR/gradebook.md and DIR/gradebook.html (each submission's checks and one
+attention diagram). Exit status 0 when every submission was graded, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnmt.commands.options import say
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("submissions", type=Path, metavar="SUBMISSIONS",
+                        help="a folder of submissions: each a .py file, or a folder holding one")
+    parser.add_argument("--class", dest="class_name", required=True, metavar="NAME",
+                        help="the class each submission defines, e.g. SingleQueryScaledDotProductAttention")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="the gradebook's folder (new, or one an earlier attnmt grade wrote)")
+    parser.add_argument("--rubric", type=Path, metavar="FILE",
+                        help="YAML, check -> points (default: 1 point per check)")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="wall-clock seconds one submission may take, all its checks together (default 120)")
+    parser.add_argument("--memory", type=float, default=4.0, metavar="GIB",
+                        help="address space one submission's process may use, in GiB (default 4)")
+    parser.add_argument("--expect", choices=("scaled_dot",),
+                        help="check the 1/√d of Eq. 1 whatever the class is called (a class named "
+                             "...ScaledDot... is checked for it anyway)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="grade into an --out folder that holds other files")
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnmt.grading import grade_course
+
+    gradebook = grade_course(args.submissions, args.class_name, args.out, rubric=args.rubric, timeout=args.timeout,
+                             memory_gib=args.memory, expect=args.expect, overwrite=args.overwrite,
+                             log=lambda line: say("grade", line))
+    passing = sum(gradebook.result(row) == "passes" for row in gradebook.rows)
+    total = [gradebook.points(row) for row in gradebook.rows]
+    print(f"{len(gradebook.rows)} submissions graded: {passing} pass every check; points mean "
+          f"{sum(total) / max(1, len(total)):.1f} of {gradebook.max_points:g}")
+    for path in gradebook.paths.values():
+        print(f"wrote {path}")
+    return 0
