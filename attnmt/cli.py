@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "average": ("average", "average a run's kept checkpoints into RUN/averaged.pt"),
     "compare": ("compare", "train and evaluate several mechanisms over several seeds"),
     "check": ("check", "check that an attention mechanism, your own or built-in, has the properties every one must"),
+    "homework": ("homework", "Part 2 of the course handout with your class: train, compare, diagrams, beams, a report"),
     "grade": ("grade", "grade a course's attention homework: each submission checked in a contained process"),
     "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),
     "explain": ("explain", "is the attention an explanation? faithfulness of attention and attributions, per sentence"),

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("visual", ("attnmt.visual", "attnmt.explore")),
     ("serve", ("attnmt.serve",)),
     ("workflows", ("attnmt.workflows",)),
-    ("grading", ("attnmt.grading",)),
+    ("course", ("attnmt.course",)),
     ("interface", ("attnmt.cli", "attnmt.commands", "attnmt.__main__")),
     ("api", ("attnmt", "attnmt.translator", "attnmt.config", "attnmt.notebook", "attnmt.viewing")),
 ]

@@ -112,6 +112,20 @@ class CheckReport:
         shapes = [result for result in first.values() if result.name == "shapes"]
         return shapes or list(first.values())
 
+    def handout_verdict(self) -> str:
+        """For a handout-form class: one line when it passes; else each equation it breaks, with its
+        counterexample (or the property that failed, when it breaks none of them)."""
+        broken = self.broken_equations()
+        if self.passed:
+            scale = next((r for r in self.results if r.name == "scale"), None)
+            checked = "Eq. 1 with its 1/√d" if scale is not None and scale.status == "pass" else "Eq. 1"
+            return (f"{self.spec} follows the handout: {checked}, Eq. 2 and Eq. 15, its shapes, and answers that do "
+                    "not depend on the rest of the batch")
+        if not broken:
+            failed = [r for r in self.results if r.status == "fail"]
+            return f"{failed[0].name}: {failed[0].detail}" if failed else ""
+        return "\n".join(f"breaks {result.equation}:\n  {result.detail}" for result in broken)
+
 
 class Failure(Exception):
     """A property does not hold; the message is the counterexample."""

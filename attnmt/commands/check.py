@@ -68,20 +68,6 @@ def spec_file(spec: str) -> Path | None:
     return Path(target).expanduser() if colon and (target.endswith(".py") or "/" in target) else None
 
 
-def _handout_verdict(report) -> str:
-    """One line for a handout-form class that passes; else each equation it breaks, with its counterexample."""
-    broken = report.broken_equations()
-    if report.passed:
-        scale = next((r for r in report.results if r.name == "scale"), None)
-        checked = "Eq. 1 with its 1/√d" if scale is not None and scale.status == "pass" else "Eq. 1"
-        return (f"{report.spec} follows the handout: {checked}, Eq. 2 and Eq. 15, its shapes, and answers that do "
-                "not depend on the rest of the batch")
-    if not broken:
-        failed = [r for r in report.results if r.status == "fail"]
-        return f"{failed[0].name}: {failed[0].detail}" if failed else ""
-    return "\n".join(f"breaks {result.equation}:\n  {result.detail}" for result in broken)
-
-
 def run(args: argparse.Namespace) -> int:
     import json
 
@@ -112,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
               f"{'all properties hold' if report.passed else 'FAILS'} ({report.seconds:.1f} s)")
         print(format_table(["property", "result", "counterexample / measured"], rows))
         if report.form == "handout":
-            print(_handout_verdict(report))
+            print(report.handout_verdict())
         print()
     if args.json is not None:
         try:

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.grading import grade_course
+    from attnmt.course import grade_course
 
     gradebook = grade_course(args.submissions, args.class_name, args.out, rubric=args.rubric, timeout=args.timeout,
                              memory_gib=args.memory, expect=args.expect, overwrite=args.overwrite,

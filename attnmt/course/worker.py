@@ -1,6 +1,6 @@
-"""The process that grades one submission: ``python -m attnmt.grading.worker REQUEST_JSON ANSWER_FD``.
+"""The process that grades one submission: ``python -m attnmt.course.worker REQUEST_JSON ANSWER_FD``.
 
-It contains itself first (``attnmt.grading.containment``), then imports the submission from its
+It contains itself first (``attnmt.course.containment``), then imports the submission from its
 scratch folder, runs ``attnmt check``'s properties on it, draws the weights it gives on one fixed
 input, and writes one JSON object to the file descriptor ANSWER_FD:
 
@@ -8,7 +8,7 @@ input, and writes one JSON object to the file descriptor ANSWER_FD:
      "diagram": {"weights": [[...]], "source": [...], "steps": [...]} | None}
 
 Anything the submission prints goes to the worker's stdout and stderr, which the grader keeps in
-the scratch folder. The request (``attnmt.grading.course.worker_request``) names the submission's
+the scratch folder. The request (``attnmt.course.grading._run_worker``) names the submission's
 spec, the scratch folder, the folders it may read, the private ones, and the limits.
 """
 
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnmt.grading.containment import forbid_outside, limit_resources, restrict_files
+from attnmt.course.containment import forbid_outside, limit_resources, restrict_files
 
 #: the fixed input of the diagram: 5 decoding steps over 7 source positions, the last 2 padding
 DIAGRAM_STEPS, DIAGRAM_SOURCE, DIAGRAM_LENGTH = 5, 7, 5

@@ -8,6 +8,6 @@
     course        grade_course: one contained worker per submission, resumable
 """
 
-from attnmt.grading.course import CHECKS, grade_course
+from attnmt.course.grading import CHECKS, grade_course
 
 __all__ = ["CHECKS", "grade_course"]

@@ -2,7 +2,7 @@
 submission: write only in its own scratch folder, read only what Python, torch and attnmt need
 (and that folder), within a memory and a CPU-time limit.
 
-Three layers, each set by the worker (``attnmt.grading.worker``) on itself:
+Three layers, each set by the worker (``attnmt.course.worker``) on itself:
 
 - resource limits: the address space (``RLIMIT_AS``, ``--memory``), CPU seconds (``RLIMIT_CPU``),
   the size of any file it writes (``RLIMIT_FSIZE``), no core dumps;

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnmt.course.rubric import points as earned_points
 from attnmt.errors import ConfigError
-from attnmt.grading.rubric import points as earned_points
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.reading import DataTooLarge, check_plain_data, read_text_bounded
 

@@ -2,10 +2,10 @@
 
     grade_course(submissions, class_name, out) -> Gradebook
 
-For each submission (``attnmt.grading.submissions``), in name order:
+For each submission (``attnmt.course.submissions``), in name order:
 
 1. its files are copied into ``out/scratch/<name>/submission/``; it never sees another's;
-2. ``python -m attnmt.grading.worker`` runs in that scratch folder (``attnmt.grading.containment``:
+2. ``python -m attnmt.course.worker`` runs in that scratch folder (``attnmt.course.containment``:
    memory and CPU limits, reads and writes confined), checks the class with ``attnmt check``'s
    properties and the handout's equations, and answers in JSON; what it prints is kept in
    ``out/scratch/<name>/output.txt``;
@@ -15,7 +15,7 @@ For each submission (``attnmt.grading.submissions``), in name order:
    are unchanged (by SHA-256).
 
 At the end (and at an interrupt) the gradebook is written: ``gradebook.csv``, ``gradebook.md``
-and ``gradebook.html`` (``attnmt.grading.gradebook``).
+and ``gradebook.html`` (``attnmt.course.gradebook``).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from attnmt._version import __version__
+from attnmt.course.containment import SYSTEM_FOLDERS
+from attnmt.course.gradebook import STATE_FILE, Gradebook, Row, load_state, save_state, write_gradebook
+from attnmt.course.rubric import default_rubric, read_rubric
+from attnmt.course.submissions import Submission, find_submissions
 from attnmt.errors import ConfigError
-from attnmt.grading.containment import SYSTEM_FOLDERS
-from attnmt.grading.gradebook import STATE_FILE, Gradebook, Row, load_state, save_state, write_gradebook
-from attnmt.grading.rubric import default_rubric, read_rubric
-from attnmt.grading.submissions import Submission, find_submissions
 
 __all__ = ["CHECKS", "grade_course"]
 
@@ -140,7 +140,7 @@ def _run_worker(submission: Submission, scratch: Path, settings: dict[str, Any],
     with open(output, "wb") as log:
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "attnmt.grading.worker", json.dumps(request), str(write_end)],
+                [sys.executable, "-m", "attnmt.course.worker", json.dumps(request), str(write_end)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=scratch,
                 env=_worker_environment(scratch), pass_fds=(write_end,), start_new_session=True)
         finally:
