@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.grading import CHECKS, grade_course
+from attnmt.course import CHECKS, grade_course
 
 from helpers import HANDOUT_CLASS, PLANTED, SUBMISSIONS, submission
 
