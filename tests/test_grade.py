@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.course import CHECKS, grade_course
+from attnmt.course import CHECKS, TRAINS, grade_course
+from attnmt.errors import ConfigError
 
-from helpers import HANDOUT_CLASS, PLANTED, SUBMISSIONS, submission
+from helpers import HANDOUT_CLASS, PLANTED, SUBMISSIONS, save_yaml, submission, tiny_run_config
 
 #: each planted submission: the points it must earn (of one per check), and words of its reason
 EXPECTED = {
@@ -24,6 +25,8 @@ EXPECTED = {
     "exits_at_import": (0, "called sys.exit('bye')"),
     "endless_loop": (1, "did not return within"),  # it loads; nothing after the hung property earns
     "syntax_error": (0, "syntax error"),
+    "imports_missing": (0, "No module named 'attention_helpers_from_my_laptop'"),
+    "allocates_without_bound": (None, "more memory than --memory 2 GiB allows"),
     "writes_outside": (0, "may write only in its own folder"),
     "=formula": (0, "has no class 'SingleQueryScaledDotProductAttention'"),
 }
@@ -64,7 +67,7 @@ def _course(folder: Path) -> Path:
 def test_a_course_of_planted_submissions_is_graded_as_the_handout_would(tmp_path):
     lines: list[str] = []
     gradebook = grade_course(_course(tmp_path / "submissions"), HANDOUT_CLASS, tmp_path / "grades", timeout=20,
-                             log=lines.append)
+                             memory_gib=2, log=lines.append)
     rows = {row.name: row for row in gradebook.rows}
     assert sorted(rows) == sorted(EXPECTED)
     for name, (points, words) in EXPECTED.items():
@@ -125,6 +128,35 @@ def test_an_interrupted_grading_keeps_the_rows_it_finished(tmp_path):
     lines: list[str] = []
     grade_course(course, HANDOUT_CLASS, tmp_path / "grades", timeout=20, log=lines.append)
     assert "unchanged" in lines[0] and "syntax error" in lines[1]
+
+
+@pytest.mark.slow
+def test_with_minutes_each_submission_trains_and_its_validation_bleu_is_in_the_gradebook(tmp_path):
+    (tmp_path / "data").mkdir()
+    config = tiny_run_config(tmp_path / "data", train_pairs=40, valid_pairs=4, bleu_max_sentences=4, examples=0)
+    config_file = save_yaml(tmp_path / "data", config, "tiny.yaml")
+    course = tmp_path / "submissions"
+    course.mkdir()
+    (course / "correct.py").write_bytes((SUBMISSIONS / "correct.py").read_bytes())
+    submission("alpha_time_first", course)
+    (tmp_path / "rubric.yaml").write_text("loads: 1\ntrains: 5\n")
+    gradebook = grade_course(course, HANDOUT_CLASS, tmp_path / "grades", rubric=tmp_path / "rubric.yaml",
+                             timeout=20, minutes=1, config=config_file, set_options=["training.max_steps=3"],
+                             log=lambda _: None)
+    rows = {row.name: row for row in gradebook.rows}
+    assert gradebook.checks == [*CHECKS, TRAINS] and gradebook.max_points == 6
+    correct = rows["correct"]
+    assert correct.checks[TRAINS]["status"] == "pass" and correct.training is not None
+    assert correct.training["steps"] == 3 and 0 <= correct.training["bleu"] <= 100 and gradebook.points(correct) == 6
+    assert "validation BLEU" in correct.checks[TRAINS]["detail"]
+    time_first = rows["alpha_time_first"]
+    assert time_first.checks[TRAINS]["status"] == "fail" and gradebook.points(time_first) == 1
+    with open(tmp_path / "grades" / "gradebook.csv", newline="", encoding="utf-8") as handle:
+        table = {row["submission"]: row for row in csv.DictReader(handle)}
+    assert float(table["correct"]["val_bleu"]) == correct.training["bleu"] and table["correct"]["train_steps"] == "3"
+    assert "| validation BLEU |" in (tmp_path / "grades" / "gradebook.md").read_text(encoding="utf-8")
+    with pytest.raises(ConfigError, match="'trains' is marked only when each submission trains; give --minutes"):
+        grade_course(course, HANDOUT_CLASS, tmp_path / "other", rubric=tmp_path / "rubric.yaml", log=lambda _: None)
 
 
 def _kernel_has_landlock() -> bool:

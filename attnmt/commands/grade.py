@@ -6,6 +6,11 @@ Run again, it grades only new or changed submissions.
 
   attnmt grade submissions/ --class SingleQueryScaledDotProductAttention --out grades/
   attnmt grade submissions/ --class SingleQueryScaledDotProductAttention --out grades/ --rubric rubric.yaml
+  attnmt grade submissions/ --class SingleQueryScaledDotProductAttention --out grades/ --minutes 8
+
+With --minutes M each submission that loads also trains the handout's model (recipe homework, or
+--config) with its class for at most M minutes, seed 1, one thread, and the check 'trains' gives its
+validation BLEU. For equal work per student, fix the steps instead: --set training.max_steps=N.
 
 It writes DIR/gradebook.csv (a row per submission, a column per check, the points and the reason
 for any failure), DIR/gradebook.md and DIR/gradebook.html (each submission's checks and one
@@ -36,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expect", choices=("scaled_dot",),
                         help="check the 1/√d of Eq. 1 whatever the class is called (a class named "
                              "...ScaledDot... is checked for it anyway)")
+    parser.add_argument("--minutes", type=float, metavar="M",
+                        help="also train each submission's class for at most M minutes and measure its "
+                             "validation BLEU (the check 'trains')")
+    parser.add_argument("--config", default="homework", metavar="FILE|RECIPE",
+                        help="what --minutes trains (default: the recipe homework, the handout's model)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a value of that config, e.g. --set training.max_steps=600 (repeatable)")
     parser.add_argument("--overwrite", action="store_true",
                         help="grade into an --out folder that holds other files")
 
@@ -45,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     gradebook = grade_course(args.submissions, args.class_name, args.out, rubric=args.rubric, timeout=args.timeout,
                              memory_gib=args.memory, expect=args.expect, overwrite=args.overwrite,
+                             minutes=args.minutes, config=args.config, set_options=args.set,
                              log=lambda line: say("grade", line))
     passing = sum(gradebook.result(row) == "passes" for row in gradebook.rows)
     total = [gradebook.points(row) for row in gradebook.rows]

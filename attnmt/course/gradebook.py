@@ -1,12 +1,13 @@
 """A course's gradebook: one row per submission, written as CSV, markdown and one HTML page.
 
     out/grades.json      every row, as the grader keeps it between runs (JSON, no code)
-    out/gradebook.csv    submission, points, max_points, result, reason, one column per check, seconds, sha256
+    out/gradebook.csv    submission, points, max_points, result, reason, one column per check, with a
+                         training its validation BLEU, perplexity and steps, seconds, sha256
     out/gradebook.md     the table of points and reasons, and how many passed each check
     out/gradebook.html   the same, with each submission's checks and one attention diagram
 
 Every file is written atomically. A cell of the CSV that a spreadsheet would read as a formula
-(starting with =, +, - or @) gets a leading apostrophe: the reasons quote the students' code.
+(starting with =, +, - or @, other than a lone -) gets a leading apostrophe: the reasons quote the students' code.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Row:
     diagram: dict[str, Any] | None = None  # {"weights": [[...]], "source": [...], "steps": [...]}
     containment: str = ""
     seconds: float = 0.0
+    training: dict[str, Any] | None = None  # {"bleu", "perplexity", "steps", "seconds", "stop_reason"}
 
     def statuses(self) -> dict[str, str]:
         return {name: check.get("status", "") for name, check in self.checks.items()}
@@ -60,6 +62,11 @@ class Gradebook:
     checks: list[str]
     rows: list[Row]
     paths: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def trained(self) -> bool:
+        """Whether the submissions were trained (the check ``trains``), so the BLEU has columns."""
+        return "trains" in self.checks
 
     @property
     def max_points(self) -> float:
@@ -99,20 +106,23 @@ def save_state(out: Path, state: dict[str, Row], names: list[str]) -> None:
 
 def _cell(value: Any) -> str:
     text = str(value)
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@") else text
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@") and text != "-" else text
 
 
 def _csv(gradebook: Gradebook) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["submission", "points", "max_points", "result", "reason", *gradebook.checks, "seconds",
-                     "sha256"])
+    figures = ["val_bleu", "val_perplexity", "train_steps"] if gradebook.trained else []
+    writer.writerow(["submission", "points", "max_points", "result", "reason", *gradebook.checks, *figures,
+                     "seconds", "sha256"])
     for row in gradebook.rows:
         statuses = row.statuses()
+        trained = [row.training.get(key, "") for key in ("bleu", "perplexity", "steps")] if row.training else \
+            [""] * len(figures)
         writer.writerow([_cell(v) for v in (row.name, f"{gradebook.points(row):g}", f"{gradebook.max_points:g}",
                                             gradebook.result(row), row.reason,
                                             *(statuses.get(name, "-") for name in gradebook.checks),
-                                            f"{row.seconds:.1f}", row.digest)])
+                                            *trained[:len(figures)], f"{row.seconds:.1f}", row.digest)])
     return buffer.getvalue()
 
 
@@ -126,10 +136,12 @@ def _markdown(gradebook: Gradebook) -> str:
     lines = [f"# Gradebook: {gradebook.class_name}", "",
              f"{len(gradebook.rows)} submissions, {gradebook.max_points:g} points at most "
              f"(`gradebook.csv` has every check; `gradebook.html` the counterexamples and diagrams).", "",
-             "| submission | points | result | reason |", "|---|---|---|---|"]
+             "| submission | points | result |" + (" validation BLEU |" if gradebook.trained else "") + " reason |",
+             "|---|---|---|" + ("---|" if gradebook.trained else "") + "---|"]
     for row in gradebook.rows:
+        bleu = (f" {row.training['bleu']:.2f} |" if row.training else " - |") if gradebook.trained else ""
         lines.append(f"| {_markdown_cell(row.name)} | {gradebook.points(row):g} / {gradebook.max_points:g} | "
-                     f"{gradebook.result(row)} | {_markdown_cell(row.reason)} |")
+                     f"{gradebook.result(row)} |{bleu} {_markdown_cell(row.reason)} |")
     lines += ["", "| check | points | passed | failed | n/a | not run |", "|---|---|---|---|---|---|"]
     for name in gradebook.checks:
         counts = [sum(row.statuses().get(name) == status for row in gradebook.rows)
@@ -165,11 +177,13 @@ def _html(gradebook: Gradebook) -> str:
     e = html.escape
     body = [f"<h1>Gradebook: {e(gradebook.class_name)}</h1>",
             f"<p>{len(gradebook.rows)} submissions, {gradebook.max_points:g} points at most.</p>",
-            "<table><tr><th>submission</th><th>points</th><th>result</th><th>reason</th></tr>"]
+            "<table><tr><th>submission</th><th>points</th><th>result</th>"
+            + ("<th>validation BLEU</th>" if gradebook.trained else "") + "<th>reason</th></tr>"]
     for row in gradebook.rows:
+        bleu = (f"<td>{row.training['bleu']:.2f}</td>" if row.training else "<td>-</td>") if gradebook.trained else ""
         body.append(f'<tr><td><a href="#{e(row.digest[:12])}">{e(row.name)}</a></td>'
                     f"<td>{gradebook.points(row):g} / {gradebook.max_points:g}</td><td>{e(gradebook.result(row))}</td>"
-                    f"<td>{e(row.reason)}</td></tr>")
+                    f"{bleu}<td>{e(row.reason)}</td></tr>")
     body.append("</table>")
     for row in gradebook.rows:
         body.append(f'<h2 id="{e(row.digest[:12])}">{e(row.name)} ({e(row.file)}): {gradebook.points(row):g} / '
