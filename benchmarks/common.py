@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import sys
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ _ABSOLUTE = re.compile(r"(?<![\w.])(/[^\s,;:'\"()]+)")
 
 def _relative(match: re.Match) -> str:
     path = Path(os.path.normpath(match.group(1)))
-    for root, name in ((DATA, "$ATTNMT_DATA"), (PROJECT, None)):
+    roots = ((DATA, "$ATTNMT_DATA"), (PROJECT, None), (Path(tempfile.gettempdir()), "$TMPDIR"), (Path.home(), "~"))
+    for root, name in roots:
         try:
             inside = path.relative_to(root)
         except ValueError:
@@ -45,7 +47,11 @@ def _relative(match: re.Match) -> str:
 
 
 def portable(value: Any) -> Any:
-    """``value`` (JSON-ready data) with every absolute path inside its strings made relative."""
+    """``value`` (JSON-ready data) with every absolute path inside its strings made relative.
+
+    A path is written relative to the data folder, the project, the temporary folder or the home folder,
+    the first that holds it, so that no result file names a folder of the machine it was measured on.
+    """
     if isinstance(value, str):
         return _ABSOLUTE.sub(_relative, value)
     if isinstance(value, dict):
