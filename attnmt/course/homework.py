@@ -94,9 +94,10 @@ def _part1(out: Path) -> Path:
     return write_text_atomic(out / "part1.md", "\n".join(parts))
 
 
-def _beam_table(run: Path, beams: Sequence[int], log: Callable[[str], None]) -> str:
-    """The markdown beam table of ``run`` on the test split: made by evaluate_beam_sizes, or reused
-    when one exists for the same beams and checkpoint step."""
+def _beam_table(run: Path, beams: Sequence[int], log: Callable[[str], None], progress: bool) -> str:
+    """The markdown beam table of ``run`` on the test split: made by evaluate_beam_sizes (with a
+    progress bar per beam size when ``progress``), or reused when one exists for the same beams and
+    checkpoint step."""
     translator = Translator.load(run, "best")
     assert translator.run_config is not None
     split = data_of_run(run, translator.run_config.data).canonical_split("test")
@@ -111,7 +112,7 @@ def _beam_table(run: Path, beams: Sequence[int], log: Callable[[str], None]) -> 
     except (OSError, ValueError, KeyError, TypeError):
         pass
     log(f"beam sizes {' '.join(map(str, beams))}: decoding the test split ...")
-    return evaluate_beam_sizes(run, beams, split="test").markdown_path.read_text(encoding="utf-8")
+    return evaluate_beam_sizes(run, beams, split="test", progress=progress).markdown_path.read_text(encoding="utf-8")
 
 
 def _diagrams(run: Path, folder: Path, examples: int) -> list[Path]:
@@ -237,7 +238,7 @@ def run_homework(  # noqa: PLR0913 (the options of `attnmt homework`, each a key
                                     show_progress=show_progress, log=log)
     mine = run_folder(out / "compare", spec, 1)
     report = HomeworkReport(out=out, verdict=shown, comparison=comparison, mine=mine,
-                            beam_table=_beam_table(mine, beams, log),
+                            beam_table=_beam_table(mine, beams, log, show_progress),
                             diagrams=_diagrams(mine, out / "diagrams", examples))
     markdown = _markdown(report, spec, command or f"attnmt homework {spec} --out {out}", minutes, runs, str(config))
     report.paths["markdown"] = write_text_atomic(out / "report.md", markdown)
