@@ -89,7 +89,7 @@ def test_the_notebook_checks_the_class_in_its_cell_and_shows_the_report(config_p
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     text = ["".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
             for cell in code]
-    assert (tmp_path / "homework_attention.py").read_text(encoding="utf-8").count("class ") == 1
+    assert (tmp_path / "my_homework.py").read_text(encoding="utf-8").count("class ") == 1
     assert "follows the handout" in text[2]                                    # attnmt check
     assert (tmp_path / "report" / "report.md").is_file()                       # attnmt homework
     shown = [output.get("data", {}) for output in code[4].outputs]
