@@ -23,6 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from playwright.sync_api import ConsoleMessage, sync_playwright
@@ -318,3 +319,23 @@ def submission(name: str, folder: Path | None = None) -> str:
         text = text.replace(old, new)
     (folder / f"{name}.py").write_text(text)
     return f"{folder / name}.py:{HANDOUT_CLASS}"
+
+
+def execute_notebook(path: Path, folder: Path, monkeypatch, prefix: str, settings: dict) -> list:
+    """Run the notebook ``path`` in a real Jupyter kernel whose working folder is ``folder``, with
+    each of ``settings`` as the variable ``PREFIX_NAME``; returns its code cells with their outputs.
+    Skips without nbformat/nbclient; a failing cell raises CellExecutionError with its traceback."""
+    nbformat = pytest.importorskip("nbformat", reason="needs nbformat (in attnmt[dev])")
+    nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (in attnmt[dev])")
+    for name, value in settings.items():
+        monkeypatch.setenv(f"{prefix}_{name}", str(value))
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(folder)}}).execute()
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def streamed_text(cell) -> str:
+    """What a notebook cell printed (its stream outputs), joined."""
+    return "".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
+

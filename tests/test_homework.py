@@ -12,7 +12,15 @@ import pytest
 from attnmt.course.homework import run_homework
 from attnmt.errors import ConfigError
 
-from helpers import HANDOUT_CLASS, SUBMISSIONS, save_yaml, tiny_run_config, write_corpus
+from helpers import (
+    HANDOUT_CLASS,
+    SUBMISSIONS,
+    execute_notebook,
+    save_yaml,
+    streamed_text,
+    tiny_run_config,
+    write_corpus,
+)
 
 pytestmark = pytest.mark.slow  # trains six tiny runs
 
@@ -75,20 +83,9 @@ def test_a_class_that_does_not_load_or_a_foreign_folder_stops_before_any_trainin
 def test_the_notebook_checks_the_class_in_its_cell_and_shows_the_report(config_path, tmp_path, monkeypatch):
     """examples/homework.ipynb in a real kernel: its cell writes the class, `attnmt check` passes it,
     `attnmt homework` (one run each, 3 steps) writes the report, and the report shows with its figures."""
-    nbformat = pytest.importorskip("nbformat", reason="needs nbformat (in attnmt[dev])")
-    nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (in attnmt[dev])")
-    settings = {"CONFIG": config_path, "MINUTES": 1, "RUNS": 1, "BEAMS": "1 2", "MAX_STEPS": 3,
-                "OUT": tmp_path / "report"}
-    for name, value in settings.items():
-        monkeypatch.setenv(f"ATTNMT_HOMEWORK_{name}", str(value))
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()  # raises CellExecutionError, with the cell's traceback, if any cell fails
-
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    text = ["".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
-            for cell in code]
+    code = execute_notebook(NOTEBOOK, tmp_path, monkeypatch, "ATTNMT_HOMEWORK", {
+        "CONFIG": config_path, "MINUTES": 1, "RUNS": 1, "BEAMS": "1 2", "MAX_STEPS": 3, "OUT": tmp_path / "report"})
+    text = [streamed_text(cell) for cell in code]
     assert (tmp_path / "my_homework.py").read_text(encoding="utf-8").count("class ") == 1
     assert "follows the handout" in text[2]                                    # attnmt check
     assert (tmp_path / "report" / "report.md").is_file()                       # attnmt homework

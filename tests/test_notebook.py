@@ -14,7 +14,7 @@ import pytest
 import attnmt
 from attnmt.visual.notebook import AttentionView, translations_html
 
-from helpers import LEXICON, make_pairs, run_trainer, tiny_run_config
+from helpers import LEXICON, execute_notebook, make_pairs, run_trainer, streamed_text, tiny_run_config
 
 pytestmark = pytest.mark.slow  # tiny runs, a Jupyter kernel and a browser
 
@@ -58,20 +58,10 @@ def test_translations_and_show_render_as_the_viewer(runs):
 
 
 def test_the_tour_notebook_runs_in_a_kernel_and_renders_in_a_browser(runs, tmp_path, monkeypatch, browser):
-    nbformat = pytest.importorskip("nbformat", reason="needs nbformat (in attnmt[dev])")
-    nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (in attnmt[dev])")
-    for name, value in {"RUN": runs / "scaled_dot", "OTHER_RUN": runs / "additive", "ALIGN_RUN": runs / "additive",
-                        "ALIGN_SRC": runs / "align.de", "ALIGN_TGT": runs / "align.en",
-                        "ALIGN_GOLD": runs / "align.gold"}.items():
-        monkeypatch.setenv(f"ATTNMT_TOUR_{name}", str(value))
-    notebook = nbformat.read(TOUR, as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()  # raises CellExecutionError, with the cell's traceback, if any cell fails
-
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    text = ["".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
-            for cell in code]
+    code = execute_notebook(TOUR, tmp_path, monkeypatch, "ATTNMT_TOUR", {
+        "RUN": runs / "scaled_dot", "OTHER_RUN": runs / "additive", "ALIGN_RUN": runs / "additive",
+        "ALIGN_SRC": runs / "align.de", "ALIGN_TGT": runs / "align.en", "ALIGN_GOLD": runs / "align.gold"})
+    text = [streamed_text(cell) for cell in code]
     pages = ["".join(output.get("data", {}).get("text/html", "") for output in cell.outputs)
              for cell in code]
     assert "a query along k_0 copies v_0" in text[1]                         # 1. explore
