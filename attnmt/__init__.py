@@ -15,7 +15,9 @@ The layers of the package, lowest first (a module imports only from its own laye
 ``workflows``, which wires the pictures into training.
 """
 
+import importlib
 import sys
+import warnings
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError, DataError, OutputError
@@ -54,8 +56,12 @@ _HOMES = {
     "attention_records": "attnmt.visual.export",
     "load_attention": "attnmt.visual.export",
     "save_attention": "attnmt.visual.export",
-    "SaliencyOptions": "attnmt.models.saliency",
-    "saliency": "attnmt.models.saliency",
+    # explaining a translation
+    "AttributionOptions": "attnmt.attribution.methods",
+    "attribute": "attnmt.attribution.reader",
+    "explain": "attnmt.evaluation.explain",
+    "ExplainSettings": "attnmt.evaluation.explain",
+    "Foil": "attnmt.evaluation.explain",
     # word alignment
     "TranslatorAligner": "attnmt.alignment.translator_attention",
     "align_corpus": "attnmt.alignment.links",
@@ -64,8 +70,22 @@ _HOMES = {
 _ERRORS = {"AttnmtError": AttnmtError, "CheckpointError": CheckpointError, "ConfigError": ConfigError,
            "DataError": DataError, "OutputError": OutputError}
 
-__getattr__, __dir__, _names = lazy_exports(__name__, _HOMES, {"__version__": __version__, **_ERRORS})
+#: names of 0.2 -> (their home, their name now); they still work and warn, and go in 0.4
+_RENAMED = {"SaliencyOptions": ("attnmt.attribution.methods", "AttributionOptions"),
+            "saliency": ("attnmt.attribution.reader", "attribute")}
+
+_lazy_getattr, __dir__, _names = lazy_exports(__name__, _HOMES, {"__version__": __version__, **_ERRORS})
 __all__ = list(_names)
+
+
+def __getattr__(name: str):
+    """A public name, imported when first used; an old name warns and gives the new one."""
+    if name in _RENAMED:
+        home, new = _RENAMED[name]
+        warnings.warn(f"attnmt.{name} is deprecated; use attnmt.{new} (the old name goes in 0.4)",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(home), new)
+    return _lazy_getattr(name)
 
 
 def _translations_html(translations) -> str:

@@ -41,8 +41,8 @@ from alignment_translator import readings
 from attnmt.alignment import LINK_METHODS, combine_weights, extract_links, threshold_links
 from attnmt.alignment.protocol import GoldSplit, choose_on_trial, rounded, score_links, score_matrices, scored_row
 from attnmt.alignment.translator_attention import TranslatorAligner
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data.link_files import GoldAlignment
-from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.tables import format_table
 
 from common import RESULTS, gold_splits, machine, require_data, write_section
@@ -99,8 +99,8 @@ def force_decode(run: str, args, trial: GoldSplit, test: GoldSplit) -> tuple[Tra
     print(f"{run}: {attention.describe()}", file=sys.stderr)
     sources = {"attention": attention}
     settings = {"smoothgrad": {"samples": args.smoothgrad_samples}, "integrated": {"steps": args.integrated_steps}}
-    for method in attention.translator.saliency_methods():  # the gradients, then the attributions that apply
-        options = SaliencyOptions(method, **settings.get(method, {}))
+    for method in attention.translator.attribution_methods():  # the gradients, then the attributions that apply
+        options = AttributionOptions(method, **settings.get(method, {}))
         sources[options.describe()] = TranslatorAligner(attention.translator, src_lang="en",
                                                         max_tokens=args.max_tokens, saliency=options)
     forced, seconds = {}, {}

@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+from attnmt.attribution.methods import why_not as not_applicable
 from attnmt.data import load_split
 from attnmt.decoding.interventions import can_intervene
 from attnmt.decoding.translator import Translator
 from attnmt.evaluation.counterfactual import Counterfactual
 from attnmt.evaluation.explain import DEFAULT_METHODS, explain
 from attnmt.evaluation.faithfulness import Faithfulness
-from attnmt.models.attribution import not_applicable
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 

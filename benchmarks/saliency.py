@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnmt.attribution.gradient import source_embedding
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
-from attnmt.models.saliency import SaliencyOptions, source_embedding
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
@@ -70,9 +71,9 @@ def main() -> int:
     every = len(translations)
     readings = [("attention (force-decoded)", translator.read_attention, every),
                 ("attention (force-decoded)", translator.read_attention, args.sentences)]
-    for options in (SaliencyOptions("gradient"), SaliencyOptions("smoothgrad"), SaliencyOptions("integrated")):
+    for options in (AttributionOptions("gradient"), AttributionOptions("smoothgrad"), AttributionOptions("integrated")):
         def read(chosen, options=options):
-            return translator.read_saliency(chosen, options)
+            return translator.read_attributions(chosen, options)
         if options.method == "gradient":
             readings.append((options.describe(), read, every))
         readings.append((options.describe(), read, args.sentences))
@@ -138,9 +139,9 @@ def completeness(args: argparse.Namespace) -> int:
                     "split": args.split, "sentences": len(translations), "model": translator.describe(), "steps": {}}
     rows = []
     for steps in (50, 200):
-        options = SaliencyOptions("integrated", steps=steps)
+        options = AttributionOptions("integrated", steps=steps)
         gaps = []
-        for index, scores in translator.saliency(sources, outputs, options):
+        for index, scores in translator.attribute(sources, outputs, options):
             difference = at_e[index] - at_zero[index]
             gaps.append(float(np.abs(scores.sum(1) - difference).max() / (np.abs(difference).max() + 1e-12)))
         quantiles = {"median": float(np.median(gaps)), "p90": float(np.quantile(gaps, 0.9)), "max": max(gaps)}

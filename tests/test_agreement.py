@@ -38,11 +38,11 @@ def test_a_mechanism_without_any_ranking_shows_a_dash_not_nan(tmp_path):
     """A run whose attention ranks nothing (none) has no agreement: a dash in the table, null in JSON."""
     from pathlib import Path
 
-    from attnmt.models.saliency import SaliencyOptions
+    from attnmt.attribution.methods import AttributionOptions
     from attnmt.training.comparison import Comparison, RunOutcome
 
     comparison = Comparison(out=tmp_path, config="c.yaml", mechanisms=["none"], runs=2, split="test", beam=1,
-                            limits={}, set_options=[], saliency=SaliencyOptions("gradient"))
+                            limits={}, set_options=[], saliency=AttributionOptions("gradient"))
     comparison.outcomes = [RunOutcome("none", seed, Path("r"), "reused", 40.0, 2.0, 15.0, 400, 0.0)
                            for seed in (1, 2)]
     table = comparison.summary_table()

@@ -351,14 +351,14 @@ def test_saliency_weights_are_the_positive_part_of_each_row_normalised():
 def test_saliency_aligner_reads_the_saliency_of_each_pair_through_the_same_pipeline(translator):
     """Word weights from saliency = the positive part of gradient × input per target piece,
     normalised, EOS dropped, renormalised and merged into words: as the attention's, from the
-    translator's own ``read_saliency`` of the pair; the reversed direction transposes."""
+    translator's own ``read_attributions`` of the pair; the reversed direction transposes."""
     src, tgt = sentence_pairs(4)
     aligner = TranslatorAligner(translator, saliency="gradient")
     assert "gradient × input, its positive part normalised per row, output reading" in aligner.describe()
     for words_src, words_tgt, weights in zip(src, tgt, aligner.weights_many(src, tgt)):
         sources, src_spans = spans_of(translator.encode_words(words_src, "source"), UNK_ID)
         outputs, tgt_spans = spans_of(translator.encode_words(words_tgt, "target"), UNK_ID)
-        [(_, scores)] = list(translator.saliency([sources + [EOS_ID]], [outputs + [EOS_ID]]))
+        [(_, scores)] = list(translator.attribute([sources + [EOS_ID]], [outputs + [EOS_ID]]))
         expected = piece_to_word_weights(saliency_weights(scores)[:-1], src_spans, tgt_spans)
         np.testing.assert_allclose(weights, expected, atol=tolerance(1e-6, translator.device))
         assert weights.shape == (len(words_tgt), len(words_src))
@@ -376,13 +376,13 @@ def test_cli_align_with_saliency_writes_links_and_refuses_layers(run_dir, tmp_pa
     files = ["--src", str(tmp_path / "test.de"), "--tgt", str(tmp_path / "test.en")]
     out = tmp_path / "links.txt"
     assert cli_main(["align", "--model", str(run_dir), *files, "--method", "tgt2src", "--out", str(out),
-                     "--saliency", "integrated", "--saliency-steps", "4"]) == 0
+                     "--attribution", "integrated", "--attribution-steps", "4"]) == 0
     assert "integrated gradients (4 steps), its positive part normalised per row" in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 4
-    assert cli_main(["align", "--model", str(run_dir), *files, "--out", str(tmp_path / "x.txt"), "--saliency",
+    assert cli_main(["align", "--model", str(run_dir), *files, "--out", str(tmp_path / "x.txt"), "--attribution",
                      "gradient", "--layer", "1"]) == 2
-    assert "--layer and --head choose an attention; --saliency has neither" in capsys.readouterr().err
-    assert cli_main(["align", "--vectors", str(tmp_path), *files, "--out", str(tmp_path / "x.txt"), "--saliency",
+    assert "--layer and --head choose an attention; --attribution has neither" in capsys.readouterr().err
+    assert cli_main(["align", "--vectors", str(tmp_path), *files, "--out", str(tmp_path / "x.txt"), "--attribution",
                      "gradient"]) == 2
-    assert "--saliency: only with --model or --hf" in capsys.readouterr().err
+    assert "--attribution: only with --model or --hf" in capsys.readouterr().err
     assert not (tmp_path / "x.txt").exists()

@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from attnmt.attribution.forced import Request
+from attnmt.attribution.methods import METHODS, AttributionOptions
+from attnmt.attribution.reader import attribute as saliency
+from attnmt.attribution.trace import trace_transformer
 from attnmt.errors import ConfigError
 from attnmt.models import build_model
-from attnmt.models.attribution import attribution, trace_transformer
 from attnmt.models.readout import ATTNMT_SPECIALS, forced_batch
-from attnmt.models.saliency import saliency
 
 SOURCES = [[5, 6, 7, 8, 3], [9, 3], [4, 10, 3]]  # the second is one word and its EOS
 OUTPUTS = [[11, 12, 3], [13, 14, 15, 16, 3], [3]]
@@ -47,7 +49,7 @@ def attributions(model, method: str) -> list[np.ndarray]:
 def float64_attributions(model, method: str) -> list[np.ndarray]:
     """As ``attributions``, kept in float64 (the registry hands out float32)."""
     batch = forced_batch(list(range(len(SOURCES))), SOURCES, OUTPUTS, ATTNMT_SPECIALS, torch.device("cpu"))
-    scores = attribution(model, method, batch, SOURCES, OUTPUTS)
+    scores = METHODS[method].compute(model, batch, Request(SOURCES, OUTPUTS, AttributionOptions(method)))
     return [scores[k, : len(OUTPUTS[k]), : len(SOURCES[k])].numpy() for k in range(len(SOURCES))]
 
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from attnmt.attribution.reader import attribute
 from attnmt.cli import main as cli_main
 from attnmt.decoding.translator import Translator
 from attnmt.models import build_model
-from attnmt.models.saliency import saliency
 
 from helpers import tiny_transformer_config
 
@@ -65,7 +65,7 @@ def test_every_attribution_of_the_rnn_gives_the_matrices_of_0_2_0(one_thread):
     translator = Translator.load(FIXTURE / "rnn", device="cpu")
     translations = translator.translate(EXPECTED["sentences"], return_attention=True)
     for method, wanted in EXPECTED["rnn"].items():
-        found = [matrix.tolist() for matrix in translator.read_saliency(translations, method)]
+        found = [matrix.tolist() for matrix in translator.read_attributions(translations, method)]
         assert_close(found, wanted, method)
 
 
@@ -74,5 +74,15 @@ def test_every_attribution_of_the_transformer_gives_the_matrices_of_0_2_0(one_th
     model = build_model(tiny_transformer_config(), 20, 20).double().eval()
     sources, outputs = EXPECTED["transformer_sources"], EXPECTED["transformer_outputs"]
     for method, wanted in EXPECTED["transformer"].items():
-        found = dict(saliency(model, sources, outputs, method=method))
+        found = dict(attribute(model, sources, outputs, method=method))
         assert_close([found[k].tolist() for k in range(len(sources))], wanted, method)
+
+
+def test_the_old_names_of_a_translator_still_work_and_warn(one_thread):
+    translator = Translator.load(FIXTURE / "rnn", device="cpu")
+    translations = translator.translate(EXPECTED["sentences"][:1])
+    with pytest.warns(DeprecationWarning, match="read_attributions"):
+        old = translator.read_saliency(translations, "erasure")
+    with pytest.warns(DeprecationWarning, match="attribution_methods"):
+        assert translator.saliency_methods() == translator.attribution_methods()
+    np.testing.assert_array_equal(old[0], translator.read_attributions(translations, "erasure")[0])

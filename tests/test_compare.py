@@ -228,7 +228,7 @@ def test_compare_adds_the_agreement_of_each_run_and_reuses_it(finished, config_p
     out = tmp_path / "results"
     shutil.copytree(finished[0], out)
     arguments = ["compare", "--config", str(config_path), "--attention", *MECHANISMS, "--runs", "2", "--out",
-                 str(out), "--max-steps", str(STEPS), "--no-progress", "--saliency", "gradient"]
+                 str(out), "--max-steps", str(STEPS), "--no-progress", "--attribution", "gradient"]
     assert cli_main(arguments) == 0
     printed = capsys.readouterr().out
     assert "attention-saliency rank correlation (mean ± std)" in printed and "top-1 agreement (mean ± std)" in printed

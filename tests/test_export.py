@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import attnmt
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.cli import main as cli_main
 from attnmt.decoding.translator import Translator
 from attnmt.errors import DataError
-from attnmt.models.saliency import SaliencyOptions
 from attnmt.visual.export import attention_records
 
 pytestmark = pytest.mark.slow  # tiny trained runs
@@ -132,11 +132,11 @@ def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(t
     path = tmp_path / f"saliency{suffix}"
     # one thread on both sides: "exact" holds for one fixed thread count (two threads split the
     # products by the batch's shape, and the command batches otherwise than this call)
-    assert cli_main(["translate", str(run), *SENTENCES, "--attention-out", str(path), "--saliency", "integrated",
-                     "--saliency-steps", "8", "--threads", "1"]) == 0
+    assert cli_main(["translate", str(run), *SENTENCES, "--attention-out", str(path), "--attribution", "integrated",
+                     "--attribution-steps", "8", "--threads", "1"]) == 0
     records = attnmt.load_attention(path)
     translator = Translator.load(run, num_threads=1)
-    expected = translator.read_saliency(translator.translate(SENTENCES), SaliencyOptions("integrated", steps=8))
+    expected = translator.read_attributions(translator.translate(SENTENCES), AttributionOptions("integrated", steps=8))
     for record, scores in zip(records, expected):
         assert record.saliency_method == "integrated gradients (8 steps)"
         assert record.saliency.dtype == np.float32 and np.array_equal(record.saliency, scores)  # exact
@@ -154,10 +154,22 @@ def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(t
 
 def test_saliency_options_are_checked_before_any_work(tiny_run, tmp_path, capsys):
     _, run = tiny_run
-    assert cli_main(["translate", str(run), "Ein Hund.", "--saliency", "gradient"]) == 2
-    assert "--saliency is stored with the attention: give --attention-out FILE too" in capsys.readouterr().err
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attribution", "gradient"]) == 2
+    assert "--attribution is stored with the attention: give --attention-out FILE too" in capsys.readouterr().err
     out = tmp_path / "a.npz"
-    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(out), "--saliency", "smoothgrad",
-                     "--saliency-noise", "-1"]) == 2
-    assert "error: --saliency-noise -1.0: must be a number from 0 to 10" in capsys.readouterr().err
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(out), "--attribution", "smoothgrad",
+                     "--attribution-noise", "-1"]) == 2
+    assert "error: --attribution-noise -1.0: must be a number from 0 to 10" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_old_names_of_the_attribution_options_still_work_and_warn(tiny_run, tmp_path, capsys):
+    """--saliency and its settings (0.2) are --attribution and its settings now: the same file, a warning."""
+    run = tiny_run[1]
+    old, new = tmp_path / "old.npz", tmp_path / "new.npz"
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(old), "--saliency", "integrated",
+                     "--saliency-steps", "3", "--threads", "1"]) == 0
+    assert "--saliency-steps is deprecated; use --attribution-steps" in capsys.readouterr().err
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(new), "--attribution", "integrated",
+                     "--attribution-steps", "3", "--threads", "1"]) == 0
+    assert np.array_equal(attnmt.load_attention(old)[0].saliency, attnmt.load_attention(new)[0].saliency)

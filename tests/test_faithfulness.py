@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch import nn
 
+from attnmt.attribution.reader import attribute as saliency
 from attnmt.data.pieces import group_pieces
 from attnmt.evaluation.counterfactual import counterfactual_attention, divergences
 from attnmt.evaluation.faithfulness import RANDOM, bin_sizes, faithfulness, source_words, word_scores
 from attnmt.models import build_model
 from attnmt.models.readout import ATTNMT_SPECIALS, force_decode
-from attnmt.models.saliency import saliency
 from attnmt.visual.export import load_attention
 
 VOCAB = 12

@@ -155,7 +155,7 @@ def test_translate_view_and_align_take_hf(hf_model, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "AER" in out and len((tmp_path / "links.txt").read_text().splitlines()) == 6
     assert cli_main(["align", "--hf", model, "--src", str(tmp_path / "s.de"), "--tgt", str(tmp_path / "t.en"),
-                     "--out", str(tmp_path / "saliency.txt"), "--saliency", "gradient"]) == 0
+                     "--out", str(tmp_path / "saliency.txt"), "--attribution", "gradient"]) == 0
     assert "gradient × input, its positive part normalised per row" in capsys.readouterr().out
     assert len((tmp_path / "saliency.txt").read_text().splitlines()) == 6
 
@@ -181,7 +181,7 @@ def test_saliency_of_a_hf_model_is_gradient_times_input_of_its_encoder_embedding
     translator = copy.deepcopy(translator)
     model = translator.model.double().eval()
     translations = translator.translate(SOURCES, beam=1)
-    found = translator.read_saliency(translations)
+    found = translator.read_attributions(translations)
     encoder = model.get_encoder()
     assert getattr(encoder, "embed_scale", 1.0) == 1.0  # so inputs_embeds are the table's output
     for translation, scores in zip(translations, found):

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("attention", ("attnmt.attention", "attnmt.keras")),
     ("data", ("attnmt.data",)),
     ("models", ("attnmt.models",)),
+    ("attribution", ("attnmt.attribution",)),
     ("runs", ("attnmt.runs",)),
     ("decoding", ("attnmt.decoding",)),
     ("evaluation", ("attnmt.evaluation",)),

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from attnmt.attribution.gradient import source_embedding
+from attnmt.attribution.reader import attribute as saliency
 from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
 from attnmt.models import build_model
 from attnmt.models.common import log_probabilities
 from attnmt.models.readout import padded_rows
-from attnmt.models.saliency import saliency, source_embedding
 
 from helpers import tiny_rnn_config, tiny_transformer_config
 
@@ -143,10 +144,10 @@ def test_the_model_keeps_its_mode_and_its_parameters_get_no_gradient():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"method": "occlusion"}, "saliency='occlusion': must be one of gradient, smoothgrad, integrated"),
-    ({"samples": 0}, "saliency_samples=0"),
-    ({"steps": 10**6}, "saliency_steps=1000000"),
-    ({"noise": float("nan")}, "saliency_noise=nan"),
+    ({"method": "occlusion"}, "attribution='occlusion': must be one of gradient, smoothgrad, integrated"),
+    ({"samples": 0}, "attribution_samples=0"),
+    ({"steps": 10**6}, "attribution_steps=1000000"),
+    ({"noise": float("nan")}, "attribution_noise=nan"),
 ])
 def test_options_out_of_range_are_refused_before_any_work(options, message):
     with pytest.raises(ConfigError, match=message):
@@ -154,7 +155,7 @@ def test_options_out_of_range_are_refused_before_any_work(options, message):
 
 
 def test_a_batch_too_big_for_the_memory_is_refused_before_it_starts(monkeypatch):
-    monkeypatch.setattr("attnmt.models.saliency.available_memory", lambda device: 2**20)
+    monkeypatch.setattr("attnmt.attribution.gradient.available_memory", lambda device: 2**20)
     model = _model("rnn scaled_dot")
     sources, outputs = [[4] * 200 + [EOS_ID]] * 64, [[5] * 200 + [EOS_ID]] * 64
     with pytest.raises(ConfigError, match="more than half of the 1 MiB free on cpu; use a smaller max_tokens"):

@@ -595,3 +595,19 @@ def test_every_mechanism_that_can_be_stepped_through_has_its_equations_as_mathml
         root = ElementTree.fromstring(mathml)  # well-formed, in the MathML namespace
         assert root.tag == "{http://www.w3.org/1998/Math/MathML}math", name
         assert "``" not in mathml
+
+
+def test_why_this_and_not_the_alternative_contrasts_the_first_piece_that_differs(views):
+    """An n-best alternative's pieces make the explanation contrastive at the first piece where they
+    differ from the translation: the page's "why ... and not ...?" button."""
+    best = views.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]
+    alternative = list(best["out_pieces"])
+    alternative[0] = next(piece for piece in ("▁a", "▁the", "▁dog", "a") if piece != alternative[0])
+    answer = views.saliency({"sentence": SENTENCE, "model": "run", "method": "gradient", "alternative": alternative})
+    contrast = answer["contrast"]
+    assert contrast["step"] == 1 and contrast["foil"] == alternative[0] and contrast["depends_on_output"]
+    assert len(contrast["scores"]) == len(contrast["src_words"]) and set(answer["faithfulness"]) == {
+        "attention", "gradient", "random"}
+    with pytest.raises(RequestError) as refused:
+        views.saliency({"sentence": SENTENCE, "model": "run", "method": "gradient", "alternative": best["out_pieces"]})
+    assert refused.value.status == 400 and "does not differ" in str(refused.value)

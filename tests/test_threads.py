@@ -111,7 +111,7 @@ def test_every_batch_of_a_translator_follows_the_chooser():
     translator = Translator.load(Path(__file__).parent / "data" / "runs-0.1.0" / "rnn", num_threads=1)
     translator.threads = Counting()  # type: ignore[assignment]
     translations = translator.translate(["Ein Hund.", "Eine Katze läuft."], beam=2)
-    for read in (translator.read_attention, translator.read_saliency):
+    for read in (translator.read_attention, translator.read_attributions):
         before = Counting.calls
         read(translations)
         assert Counting.calls > before, read.__name__

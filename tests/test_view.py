@@ -115,11 +115,11 @@ def test_view_with_saliency_shows_it_merged_into_words_with_each_rows_agreement(
 
     _, run = tiny_run
     out = run.parent / "saliency.html"
-    assert cli_main(["view", str(run), "-n", "3", "--no-progress", "--saliency", "gradient", "--out", str(out)]) == 0
+    assert cli_main(["view", str(run), "-n", "3", "--no-progress", "--attribution", "gradient", "--out", str(out)]) == 0
     data = _viewer_data(out.read_text(encoding="utf-8"))["examples"]
     translator = Translator.load(run)
     translations = translator.translate([example["source"] for example in data], return_attention=True)
-    scores = translator.read_saliency(translations)
+    scores = translator.read_attributions(translations)
     for example, translation, matrix in zip(data, translations, scores):
         merged, src_words, out_words = merge_subwords(matrix, translation.src_pieces, translation.out_pieces,
                                                       output_words="sum")
@@ -133,9 +133,9 @@ def test_view_with_saliency_shows_it_merged_into_words_with_each_rows_agreement(
                 assert (correlation, same_top) == (None, None)
             else:
                 assert correlation == pytest.approx(rows[0], abs=1e-3) and same_top == tops[0]
-    assert cli_main(["view", str(run), "-n", "1", "--no-progress", "--saliency", "integrated", "--saliency-steps",
+    assert cli_main(["view", str(run), "-n", "1", "--no-progress", "--attribution", "integrated", "--attribution-steps",
                      "0", "--out", str(run.parent / "x.html")]) == 2
-    assert "--saliency-steps 0: must be an integer from 1 to 10000" in capsys.readouterr().err
+    assert "--attribution-steps 0: must be an integer from 1 to 10000" in capsys.readouterr().err
     assert not (run.parent / "x.html").exists()
 
 
@@ -146,7 +146,7 @@ def test_view_with_an_attribution_shows_this_sentences_faithfulness(tiny_run):
     name, run = tiny_run
     method = "alti" if name == "transformer" else "erasure"
     out = run.parent / f"faithful-{method}.html"
-    assert cli_main(["view", str(run), "-n", "2", "--no-progress", "--saliency", method, "--out", str(out),
+    assert cli_main(["view", str(run), "-n", "2", "--no-progress", "--attribution", method, "--out", str(out),
                      "--overwrite"]) == 0
     for example in _viewer_data(out.read_text(encoding="utf-8"))["examples"]:
         meta = dict(example["meta"])

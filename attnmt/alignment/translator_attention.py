@@ -61,13 +61,13 @@ from typing import Any
 import numpy as np
 
 from attnmt.alignment.links import align_corpus
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data.pieces import Span, merge_spans, spans_of, word_pieces
 from attnmt.decoding.hf import HFTranslator
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
 from attnmt.models.common import default_layer, resolve_position
 from attnmt.models.readout import DEFAULT_MAX_TOKENS
-from attnmt.models.saliency import SaliencyOptions
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -228,7 +228,7 @@ class TranslatorAligner:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         num_threads: int | None = None,
         trust_run_code: bool = False,
-        saliency: SaliencyOptions | str | None = None,
+        saliency: AttributionOptions | str | None = None,
     ):
         self.translator = run if isinstance(run, (Translator, HFTranslator)) else \
             Translator.load(run, checkpoint, num_threads, trust_run_code=trust_run_code)
@@ -243,7 +243,7 @@ class TranslatorAligner:
             self.layers, self.heads = model.cross_attention_layers, model.attention_heads
             self.run_languages = (self.translator.tokenizers.src_lang, self.translator.tokenizers.tgt_lang)
             guided = guided_reading(self.translator.run_config)
-        self.saliency = None if saliency is None else SaliencyOptions.of(saliency)
+        self.saliency = None if saliency is None else AttributionOptions.of(saliency)
         if self.saliency is not None:  # one matrix, read where it predicts the word (not the attention's guide)
             if layer is not None or head is not None:
                 raise ConfigError("layer and head choose an attention; saliency has neither")
@@ -403,7 +403,7 @@ class TranslatorAligner:
             outputs.append(ids + [eos])
             tgt_spans.append(spans)
         if self.saliency is not None:
-            for position, scores in self.translator.saliency(sources, outputs, self.saliency,
+            for position, scores in self.translator.attribute(sources, outputs, self.saliency,
                                                              max_tokens=self.max_tokens, progress=progress):
                 yield live[position], ForcedAttention(weights=saliency_weights(scores)[None, None],
                                                       src_spans=src_spans[position], tgt_spans=tgt_spans[position],

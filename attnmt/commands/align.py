@@ -11,7 +11,7 @@ align with; --layer, --head (or --head mean) and --shift/--no-shift override tha
 comes from --src-lang (default:
 the --src file's suffix when it names one of the run's languages, else the run's source language):
 a run trained the other way round is used with the pair swapped and its weights transposed.
-With --saliency METHOD the translator's gradient saliency takes the place of its attention (the
+With --attribution METHOD the translator's gradient saliency takes the place of its attention (the
 positive part of each target piece's row, normalised; see attnmt.alignment.translator_attention).
 Several sources combine: --model twice (e.g. an en→fr and a fr→en run) and/or --model with
 --vectors give the weighted geometric mean of their weights (attnmt.alignment.combine): vector
@@ -52,12 +52,12 @@ import argparse
 
 from attnmt.commands.align_words import add_scoring_arguments
 from attnmt.commands.options import (
+    add_attribution_options,
     add_device_option,
     add_hf_option,
-    add_saliency_options,
     add_threads_option,
     add_trust_option,
-    saliency_options,
+    attribution_options,
     say,
 )
 from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS
@@ -65,7 +65,7 @@ from attnmt.runtime.choices import GOLD_FORMATS, LINK_METHODS
 # Options that only mean something for one of the two sources of weights (checked in run).
 EFLOMAL_OPTIONS = ("also_src", "also_tgt", "possible", "eflomal_samplers", "eflomal_iterations", "eflomal_prefix",
                    "eflomal_votes", "possible_votes")
-HF_OPTIONS = ("layer", "head", "shift", "saliency")  # of any translator, a run or a Hugging Face model
+HF_OPTIONS = ("layer", "head", "shift", "attribution", "old_saliency")  # of any translator
 RUN_OPTIONS = ("checkpoint", "src_lang", "max_tokens", "threads")  # of a run
 VECTOR_OPTIONS = ("temperature", "distortion")
 #: share of vector attention in the geometric mean with translators, chosen on the 37 trial pairs of
@@ -128,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     translator.add_argument("--max-tokens", type=int, default=None,
                             help="padded tokens per forward call (default 4000)")
     add_threads_option(translator)
-    add_saliency_options(translator, "align with the translator's saliency instead of its attention")
+    add_attribution_options(translator, "align with the translator's saliency instead of its attention")
     add_device_option(translator)
     add_trust_option(translator)
     parser.add_argument("--out", required=True, metavar="FILE", help="write the links here, one line per pair")
@@ -170,9 +170,9 @@ def _check_options(args: argparse.Namespace) -> None:
         if given and missing:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ConfigError(f"{flags}: only with {wanted}")
-    args.saliency_options = saliency_options(args)
-    if args.saliency is not None and (args.layer is not None or args.head is not None):
-        raise ConfigError("--layer and --head choose an attention; --saliency has neither")
+    args.saliency_options = attribution_options(args)
+    if args.attribution is not None and (args.layer is not None or args.head is not None):
+        raise ConfigError("--layer and --head choose an attention; --attribution has neither")
     if args.vector_weight is not None:
         if (args.model is None and args.hf is None) or args.vectors is None:
             raise ConfigError("--vector-weight: only with both --vectors and --model (it weighs one against the other)")

@@ -8,14 +8,14 @@ and finished, and the table at the end.
 
 Run the same command again to continue an interrupted comparison: finished runs with scores are
 reused, a finished run without scores is evaluated, an interrupted run resumes from its last
-checkpoint. Limits (--max-minutes/--max-epochs/--max-steps) apply to each run. With --saliency
+checkpoint. Limits (--max-minutes/--max-epochs/--max-steps) apply to each run. With --attribution
 METHOD, each run's attention is also compared with its gradient saliency on its own outputs: two
 more columns, kept in the run folder (agreement-*.json) and reused.
 
 Examples:
   attnmt compare --config multi30k_rnn --attention none mean sdp --runs 3 --out results/baselines
   attnmt compare --config tiny --attention dot additive --runs 2 --max-steps 50 --out results/smoke
-  attnmt compare --config multi30k_rnn --attention dot sdp --out results/sal --saliency gradient
+  attnmt compare --config multi30k_rnn --attention dot sdp --out results/sal --attribution gradient
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.commands.options import add_device_option, add_saliency_options, add_trust_option, saliency_options, say
+from attnmt.commands.options import (
+    add_attribution_options,
+    add_device_option,
+    add_trust_option,
+    attribution_options,
+    say,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override any config value, e.g. --set training.lr=5e-4 (repeatable)")
     add_device_option(parser, default_from="the config's training.device")
     add_trust_option(parser)
-    add_saliency_options(parser, "add columns of how each run's attention agrees with its gradients on its own "
+    add_attribution_options(parser, "add columns of how each run's attention agrees with its gradients on its own "
                                  "outputs of --split (rank correlation and top-1 over source words)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace summary files in --out that no comparison wrote")
@@ -65,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         limits={"max_minutes": args.max_minutes, "max_epochs": args.max_epochs, "max_steps": args.max_steps},
         set_options=args.set, show_progress=not args.no_progress, verbose=args.verbose, device=args.device,
         trust_run_code=args.trust_run_code, overwrite=args.overwrite, say=lambda line: say("compare", line),
-        log=lambda line: print(line, flush=True), saliency=saliency_options(args),
+        log=lambda line: print(line, flush=True), saliency=attribution_options(args),
     )
     print()
     print(comparison.summary_table())

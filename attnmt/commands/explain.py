@@ -9,12 +9,20 @@ comprehensiveness and lower sufficiency are more faithful. ALTI+ and rollout add
 word's source share; an RNN with one head adds counterfactual attention (Jain & Wallace 2019): how
 far the next-word distribution moves when the weights are permuted, uniform or another step's.
 
+Contrastive explanations (Yin & Neubig 2022): --foil WORD --step T explains why the model wrote
+its T-th output piece and not WORD, --foil next why it wrote each piece and not its best other
+one; every method that depends on the output then explains log p(y_t) - log p(foil), and
+faithfulness is measured on that contrast. Attention, value norms, ALTI+ and rollout do not depend
+on the output; the table says so.
+
 Sentences come as arguments or one a line on standard input. --out FILE keeps the attention, the
 attributions and the figures in the file attnmt.load_attention reads (.jsonl or .npz).
 
 Examples:
   attnmt explain runs/sdp "Ein Mann fährt Fahrrad."
   attnmt explain runs/transformer --methods attention,alti,rollout,erasure "Zwei Hunde spielen."
+  attnmt explain runs/sdp "Ein Mann fährt Fahrrad." --foil next
+  attnmt explain runs/sdp "Ein Mann fährt Fahrrad." --foil car --step 4
   zcat test.de.gz | head -20 | attnmt explain runs/sdp --json > explained.jsonl
 """
 
@@ -39,8 +47,10 @@ MAX_SENTENCES = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from attnmt.runtime.choices import EXPLAIN_DEFAULT_METHODS as DEFAULT_METHODS
-    from attnmt.runtime.choices import EXPLAIN_METHODS
+    from attnmt.attribution.methods import ATTENTION, NAMES, NOISE, SAMPLES, STEPS
+    from attnmt.attribution.methods import DEFAULT_EXPLAINED as DEFAULT_METHODS
+
+    EXPLAIN_METHODS = (ATTENTION, *NAMES)
 
     parser.add_argument("run_dir", metavar="RUN", help="run folder (or a checkpoint file)")
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to explain (default: stdin)")
@@ -52,6 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="random rankings averaged for the baseline (default 3)")
     parser.add_argument("--seed", type=seed_value, default=0,
                         help="seed of the random rankings and SmoothGrad, from 0 to 2**63 - 1 (default 0)")
+    parser.add_argument("--steps", type=int, default=STEPS, metavar="M",
+                        help=f"integrated gradients' steps (default {STEPS}; attnmt serve uses 10 and says so)")
+    parser.add_argument("--samples", type=int, default=SAMPLES, metavar="N",
+                        help=f"SmoothGrad's noisy copies (default {SAMPLES})")
+    parser.add_argument("--noise", type=float, default=NOISE, metavar="SIGMA",
+                        help=f"SmoothGrad's noise, a share of the range of the source embeddings (default {NOISE})")
+    parser.add_argument("--foil", default=None, metavar="WORD",
+                        help="explain the contrast with WORD (one piece of the model's target vocabulary) at "
+                             "--step T, or with 'next': the best other piece at every step")
+    parser.add_argument("--step", type=int, default=None, metavar="T",
+                        help="the output piece (1-based, as the table lists them) that --foil WORD stands against")
     parser.add_argument("--json", action="store_true", help="print one JSON object per sentence instead of tables")
     parser.add_argument("--out", type=Path, metavar="FILE",
                         help="also keep attention, attributions and figures in FILE (.jsonl or .npz; read it "
@@ -70,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.visual.export import FORMATS
 
     labels, sentences = _checked_sentences(args)
+    settings = _settings(args)
     if args.out is not None:
         check_output(args.out, "--out", args.overwrite, [args.run_dir], suffixes=list(FORMATS))
     translator = load_translator(args)
     say("explain", translator.describe())
     if args.methods is None:
-        usable = translator.saliency_methods()
+        usable = translator.attribution_methods()
         methods = [m for m in DEFAULT_METHODS if m == "attention" or m in usable]
     else:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -86,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise ConfigError(f"{problem[0]}: {problem[1]}")
     translations = translator.translate(sentences, beam=args.beam, return_attention=True)
-    explanations = explain(translator, translations, methods, random_orders=args.random_orders, seed=args.seed)
+    explanations = explain(translator, translations, methods, settings=settings)
     for label, explanation in zip(labels, explanations):
         if args.json:
             print(json.dumps(explanation.to_dict(), ensure_ascii=False))
@@ -125,6 +147,29 @@ def _checked_sentences(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return [label for label, _ in numbered], [sentence for _, sentence in numbered]
 
 
+def _settings(args: argparse.Namespace):
+    """The ExplainSettings of the options; ConfigError naming the option out of range."""
+    from attnmt.attribution.methods import check_options
+    from attnmt.errors import ConfigError
+    from attnmt.evaluation.explain import ExplainSettings, Foil
+
+    check_options("integrated", args.samples, args.noise, args.steps)  # "attribution_steps=0" -> the option's words
+    foil = None
+    if args.foil is not None:
+        word = args.foil.strip()
+        if not word:
+            raise ConfigError("--foil is empty; give a word, or 'next'")
+        if word == Foil.NEXT and args.step is not None:
+            raise ConfigError("--step: --foil next contrasts every step; give --step only with --foil WORD")
+        if word != Foil.NEXT and args.step is None:
+            raise ConfigError(f"--foil {word!r:.40}: give --step T, the output piece it stands against (1-based)")
+        foil = Foil(word, args.step)
+    elif args.step is not None:
+        raise ConfigError("--step: give --foil WORD too (the word the T-th output piece stands against)")
+    return ExplainSettings(steps=args.steps, samples=args.samples, noise=args.noise, seed=args.seed,
+                           random_orders=args.random_orders, foil=foil)
+
+
 def _stdin_sentences() -> list[tuple[str, str]]:
     """The non-blank lines of standard input, each with "standard input line N" (none from a terminal)."""
     from attnmt.errors import ConfigError
@@ -154,6 +199,14 @@ def _table(label: str, explanation) -> str:
 
     lines = [f"{label}: {explanation.translation.source}",
              f"  output: {explanation.translation.output}",
+             "  output pieces: " + " ".join(f"{t}:{piece}" for t, piece in
+                                            enumerate(explanation.translation.out_pieces, start=1))]
+    contrast = explanation.contrast
+    if contrast is not None:
+        lines.append("  explained: the contrast log p(output piece) - log p(foil); faithfulness on that contrast")
+        if contrast.unchanged:
+            lines.append(f"  {', '.join(contrast.unchanged)}: do not depend on the output, the same for any foil")
+    lines += [
              f"  {'method':<12} {'compr. 1-3':>10} {'compr. %':>9} {'suff. 1-3':>10} {'suff. %':>8} "
              f"{'ρ attention':>11} {'s/sentence':>10}"]
     rows = [(method, report.faithfulness, report.rank_correlation, report.seconds)
@@ -174,8 +227,35 @@ def _table(label: str, explanation) -> str:
         for kind, figure in explanation.counterfactual.items():
             lines.append(f"    {kind:<11} {figure.total_variation:.3f} / {figure.jensen_shannon:.3f} / "
                          f"{figure.changed:.2f}")
+    if contrast is not None:
+        lines.extend(_contrast_lines(explanation))
     lines.extend(f"  {note}" for note in explanation.notes)
     return "\n".join(lines) + "\n"
+
+
+def _contrast_lines(explanation) -> list[str]:
+    """Per contrasted step: the output piece, the foil, the contrast, and the source word each
+    output-dependent method ranks first for it."""
+    import numpy as np
+
+    from attnmt.data.pieces import group_pieces
+    from attnmt.evaluation.faithfulness import source_words, word_scores
+
+    contrast, translation = explanation.contrast, explanation.translation
+    groups = group_pieces(translation.src_pieces)
+    words = source_words(translation.src_pieces, groups)
+    spans = set(words)
+    names = [word for word, start, stop in groups if (start, stop) in spans]
+    methods = [m for m in explanation.attributions if m not in contrast.unchanged]
+    lines = ["  why this piece and not the foil: step, output / foil, log p(output) - log p(foil), "
+             "the source word each method ranks first"]
+    for step, output, foil, value in zip(contrast.steps, contrast.outputs, contrast.foils, contrast.values):
+        tops = []
+        for method in methods:
+            row = word_scores(explanation.attributions[method][step:step + 1], words)[0] if words else np.zeros(0)
+            tops.append(f"{method} {names[int(np.argmax(row))]}" if len(row) else f"{method} -")
+        lines.append(f"    {step + 1:>3} {output} / {foil}  {value:+.3f}  {'; '.join(tops)}")
+    return lines
 
 
 def _save(translator, translations, explanations, path: Path) -> None:

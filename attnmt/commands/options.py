@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any, Protocol
 
-from attnmt.runtime.choices import (
-    DEVICES_HELP,
-    PRECISIONS,
-    SALIENCY_METHODS,
-    SALIENCY_NOISE,
-    SALIENCY_SAMPLES,
-    SALIENCY_STEPS,
-)
+from attnmt.attribution.methods import NAMES as ATTRIBUTION_NAMES
+from attnmt.attribution.methods import NOISE, SAMPLES, STEPS
+from attnmt.runtime.choices import DEVICES_HELP, PRECISIONS
+
+#: the attribution options' names before 0.3 -> their names now (the old ones still work and warn)
+OLD_ATTRIBUTION_OPTIONS = {"--saliency": "--attribution", "--saliency-samples": "--attribution-samples",
+                           "--saliency-noise": "--attribution-noise", "--saliency-steps": "--attribution-steps"}
 
 
 class Options(Protocol):
@@ -76,30 +76,41 @@ def add_trust_option(parser: Options) -> None:
                              "you trust: the copy is Python code")
 
 
-def add_saliency_options(parser: Options, what: str) -> None:
-    """--saliency METHOD and its settings; ``what`` says what the saliency is for."""
-    parser.add_argument("--saliency", choices=SALIENCY_METHODS, default=None, metavar="METHOD",
-                        help=f"{what}: gradient saliency of each output word on each source word, read by "
-                             f"force-decoding the output; METHOD: {', '.join(SALIENCY_METHODS)} (gradient × "
-                             "input, SmoothGrad, integrated gradients)")
-    parser.add_argument("--saliency-samples", type=int, default=SALIENCY_SAMPLES, metavar="N",
-                        help=f"SmoothGrad's noisy copies (default {SALIENCY_SAMPLES})")
-    parser.add_argument("--saliency-noise", type=float, default=SALIENCY_NOISE, metavar="SIGMA",
+def add_attribution_options(parser: Options, what: str) -> None:
+    """--attribution METHOD and its settings (and their names before 0.3, hidden); ``what`` says
+    what the attribution is for."""
+    parser.add_argument("--attribution", choices=ATTRIBUTION_NAMES, default=None, metavar="METHOD",
+                        help=f"{what}: an attribution of each output word to each source word, read by "
+                             f"force-decoding the output; METHOD: {', '.join(ATTRIBUTION_NAMES)} (attnmt.attribution)")
+    parser.add_argument("--attribution-samples", type=int, default=SAMPLES, metavar="N",
+                        help=f"SmoothGrad's noisy copies (default {SAMPLES})")
+    parser.add_argument("--attribution-noise", type=float, default=NOISE, metavar="SIGMA",
                         help="SmoothGrad's noise σ, a share of the range of each sentence's source "
-                             f"embeddings (default {SALIENCY_NOISE}: 15%%)")
-    parser.add_argument("--saliency-steps", type=int, default=SALIENCY_STEPS, metavar="M",
-                        help=f"integrated gradients' steps from the zero embedding (default {SALIENCY_STEPS})")
+                             f"embeddings (default {NOISE}: 15%%)")
+    parser.add_argument("--attribution-steps", type=int, default=STEPS, metavar="M",
+                        help=f"integrated gradients' steps from the zero embedding (default {STEPS})")
+    types: dict[str, Any] = {"--saliency": None, "--saliency-samples": int, "--saliency-noise": float,
+                             "--saliency-steps": int}
+    for old, kind in types.items():
+        parser.add_argument(old, dest="old_" + old[2:].replace("-", "_"), default=None, help=argparse.SUPPRESS,
+                            **({"choices": ATTRIBUTION_NAMES} if kind is None else {"type": kind}))
 
 
-def saliency_options(args: argparse.Namespace):
-    """The SaliencyOptions of --saliency and its settings, or None without --saliency (ConfigError,
-    in the options' words, for a setting out of range)."""
-    from attnmt.models.saliency import SaliencyOptions
+def attribution_options(args: argparse.Namespace):
+    """The AttributionOptions of --attribution and its settings, or None without --attribution
+    (ConfigError, in the options' words, for a setting out of range). An option's name before 0.3
+    (--saliency ...) is taken for the new one, with a warning."""
+    from attnmt.attribution.methods import AttributionOptions
 
-    if getattr(args, "saliency", None) is None:
+    for old, new in OLD_ATTRIBUTION_OPTIONS.items():
+        value = getattr(args, "old_" + old[2:].replace("-", "_"), None)
+        if value is not None:
+            warnings.warn(f"{old} is deprecated; use {new} (the old name goes in 0.4)", FutureWarning, stacklevel=2)
+            setattr(args, new[2:].replace("-", "_"), value)
+    if getattr(args, "attribution", None) is None:
         return None
-    return SaliencyOptions(args.saliency, samples=args.saliency_samples, noise=args.saliency_noise,
-                           steps=args.saliency_steps, seed=getattr(args, "seed", None) or 0)
+    return AttributionOptions(args.attribution, samples=args.attribution_samples, noise=args.attribution_noise,
+                              steps=args.attribution_steps, seed=getattr(args, "seed", None) or 0)
 
 
 def load_translator(args: argparse.Namespace):

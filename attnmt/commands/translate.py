@@ -5,7 +5,7 @@ one sentence a line and writes one translation a line to standard output (an emp
 empty), so it works in a pipe. Lines end at LF or CRLF; a lone CR is part of its line, so output
 line k always translates input line k. --plot draws the attention of each sentence as a heatmap;
 --attention-out keeps every layer's and head's weights in a .npz or .jsonl file for your own
-analyses (read it back with attnmt.load_attention); with --saliency METHOD it keeps each output
+analyses (read it back with attnmt.load_attention); with --attribution METHOD it keeps each output
 word's gradient saliency on the source beside them.
 
 With --hf MODEL instead of RUN, a Hugging Face translation model translates with its own
@@ -15,7 +15,7 @@ Examples:
   attnmt translate runs/sdp "Ein Mann fährt Fahrrad." --beam 5 --plot bike.png
   zcat test.de.gz | attnmt translate runs/sdp > test.hyp.en
   attnmt translate runs/sdp --attention-out test.npz < test.de
-  attnmt translate runs/sdp --attention-out test.npz --saliency integrated < test.de
+  attnmt translate runs/sdp --attention-out test.npz --attribution integrated < test.de
   attnmt translate --hf Helsinki-NLP/opus-mt-de-en "Ein Mann fährt Fahrrad." --plot bike.png
 """
 
@@ -26,15 +26,15 @@ import sys
 from pathlib import Path
 
 from attnmt.commands.options import (
+    add_attribution_options,
     add_checkpoint_option,
     add_device_option,
     add_hf_option,
     add_precision_option,
-    add_saliency_options,
     add_threads_option,
     add_trust_option,
+    attribution_options,
     load_translator,
-    saliency_options,
     say,
 )
 
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention-out", type=Path, metavar="FILE",
                         help="write each sentence's pieces, words and attention weights per layer and head "
                              "[L, h, T, S] to FILE (.npz or .jsonl; read it with attnmt.load_attention)")
-    add_saliency_options(parser, "with --attention-out, also store")
+    add_attribution_options(parser, "with --attention-out, also store")
     parser.add_argument("--overwrite", action="store_true", help="replace existing --plot or --attention-out files")
     parser.add_argument("--no-merge-pieces", action="store_true", help="plot subword pieces, not words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
     if args.attention_out is not None:
         check_output(args.attention_out, "--attention-out", args.overwrite, [*inputs, *plot_paths],
                      suffixes=list(FORMATS))
-    args.saliency_options = saliency_options(args)
+    args.saliency_options = attribution_options(args)
     if args.saliency_options is not None and args.attention_out is None:
-        raise ConfigError("--saliency is stored with the attention: give --attention-out FILE too")
+        raise ConfigError("--attribution is stored with the attention: give --attention-out FILE too")
     translator = load_translator(args)
     say("translate", translator.describe())
     if args.sentences:

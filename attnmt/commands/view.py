@@ -5,7 +5,7 @@ reference, its sentence BLEU and a heatmap: hover an output word to see where it
 pieces are merged into words (--pieces keeps them). For multi-head models (the RNN's multihead
 mechanism, Transformers) a menu picks "average" (what the search used) or one head ("head H", or
 "layer L / head H"); per-head weights come from force-decoding the produced output. The page
-needs no network and no other file. Default output: RUN/view-<split>.html. With --saliency METHOD
+needs no network and no other file. Default output: RUN/view-<split>.html. With --attribution METHOD
 each example also shows the output's gradient saliency beside the attention, and how the two
 agree for each output word (rank correlation over the source words, the same top word or not).
 
@@ -15,7 +15,7 @@ With --hf MODEL instead of RUN, a Hugging Face translation model translates the 
 Examples:
   attnmt view runs/sdp                                   # 50 sentences of test_2016_flickr, greedy
   attnmt view runs/transformer --beam 5 -n 20 --out transformer.html
-  attnmt view runs/sdp -n 20 --saliency integrated --out sdp-saliency.html
+  attnmt view runs/sdp -n 20 --attribution integrated --out sdp-saliency.html
   attnmt view --hf Helsinki-NLP/opus-mt-de-en --src test.de --ref test.en --out opus.html
 """
 
@@ -25,14 +25,14 @@ import argparse
 from pathlib import Path
 
 from attnmt.commands.options import (
+    add_attribution_options,
     add_checkpoint_option,
     add_device_option,
     add_hf_option,
-    add_saliency_options,
     add_threads_option,
     add_trust_option,
+    attribution_options,
     load_translator,
-    saliency_options,
     say,
 )
 
@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_threads_option(parser)
     parser.add_argument("--src", type=Path, metavar="FILE", help="with --hf: source sentences, one a line")
     parser.add_argument("--ref", type=Path, metavar="FILE", help="with --hf: their reference translations")
-    add_saliency_options(parser, "show beside each attention heatmap")
+    add_attribution_options(parser, "show beside each attention heatmap")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--beam must be >= 1, got {args.beam}")
     if args.examples < 1:
         raise ConfigError(f"-n must be >= 1, got {args.examples}")
-    args.saliency_options = saliency_options(args)
+    args.saliency_options = attribution_options(args)
     if args.hf is not None:
         return _view_hf(args)
     if args.src is not None or args.ref is not None:

@@ -12,7 +12,7 @@ attention and saliency) asks only for this. A translator
 - says where it runs (``device``, ``describe``) and which ids end a sentence or stand for an unknown
   piece (``eos_id``, ``unk_id``);
 
-and from those, here: ``read_attention`` ([L, h, T, S] per translation) and ``read_saliency``
+and from those, here: ``read_attention`` ([L, h, T, S] per translation) and ``read_attributions``
 ([T, S] per translation) of the translations it made.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnmt.attribution.methods import AttributionOptions, applicable
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading
-from attnmt.models.saliency import SaliencyOptions, usable_methods
 from attnmt.runs.run_config import SearchConfig
 
 __all__ = ["BaseTranslator", "Translation", "Translations", "source_texts"]
@@ -117,15 +117,26 @@ class BaseTranslator(ABC):
     def force_decode(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], *,
         max_tokens: int = DEFAULT_MAX_TOKENS, log_probs: bool = False, progress: bool = False,
+        foils: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[tuple[int, ForcedReading]]:
         """``(pair index, ForcedReading)`` for complete rows of source and output ids, batch by batch."""
 
     @abstractmethod
-    def saliency(
+    def attribute(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
-        options: SaliencyOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+        options: AttributionOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+        foils: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """``(pair index, scores [T, S])`` for complete rows of source and output ids, batch by batch."""
+        """``(pair index, scores [T, S])`` for complete rows of source and output ids, batch by
+        batch (``attnmt.attribution.reader.attribute``; ``foils`` for a contrastive explanation)."""
+
+    @abstractmethod
+    def target_pieces(self, ids: Sequence[int]) -> list[str]:
+        """The target pieces of ``ids``, as ``Translation.out_pieces`` writes them."""
+
+    @abstractmethod
+    def target_ids(self, pieces: Sequence[str]) -> list[int]:
+        """The ids of target ``pieces`` (the unknown piece's id for one the vocabulary lacks)."""
 
     @abstractmethod
     def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
@@ -142,20 +153,41 @@ class BaseTranslator(ABC):
             weights[index] = reading.weights
         return weights
 
-    def read_saliency(self, translations: Sequence[Translation], options: SaliencyOptions | str = "gradient",
-                      progress: bool = False) -> list[np.ndarray]:
-        """The gradient saliency of each translation's output over its source pieces, read by
-        force-decoding it (``attnmt.models.saliency``): one [T, S] float32 array each, row t for
-        output piece t. ``options``: a method name or a SaliencyOptions."""
+    def read_attributions(self, translations: Sequence[Translation], options: AttributionOptions | str = "gradient",
+                          progress: bool = False, foils: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+        """An attribution of each translation's output over its source pieces, read by
+        force-decoding it (``attnmt.attribution``): one [T, S] float32 array each, row t for output
+        piece t. ``options``: a method name or an AttributionOptions; ``foils``: per translation a
+        row of foil ids as long as its output (``attnmt.attribution.forced.NO_FOIL`` where none)."""
         sources, outputs = self.piece_ids(translations)
         scores: list[np.ndarray] = [np.empty(0)] * len(translations)
-        for index, matrix in self.saliency(sources, outputs, options, progress=progress):
+        for index, matrix in self.attribute(sources, outputs, options, progress=progress, foils=foils):
             scores[index] = matrix
         return scores
 
+    def attribution_methods(self) -> list[str]:
+        """The methods of the attribution registry that can read this translator's model."""
+        return applicable(self.attributed_model)
+
+    def saliency(self, *args: Any, **kwargs: Any) -> Iterator[tuple[int, np.ndarray]]:
+        """Deprecated (removed in 0.4): ``attribute``."""
+        self._deprecated("saliency", "attribute")
+        return self.attribute(*args, **kwargs)
+
+    def read_saliency(self, translations: Sequence[Translation], options: AttributionOptions | str = "gradient",
+                      progress: bool = False) -> list[np.ndarray]:
+        """Deprecated (removed in 0.4): ``read_attributions``."""
+        self._deprecated("read_saliency", "read_attributions")
+        return self.read_attributions(translations, options, progress)
+
     def saliency_methods(self) -> list[str]:
-        """The methods of the saliency registry that can read this translator's model."""
-        return usable_methods(self.attributed_model)
+        """Deprecated (removed in 0.4): ``attribution_methods``."""
+        self._deprecated("saliency_methods", "attribution_methods")
+        return self.attribution_methods()
+
+    def _deprecated(self, old: str, new: str) -> None:
+        name = type(self).__name__
+        warnings.warn(f"{name}.{old} is deprecated; use {name}.{new}", DeprecationWarning, stacklevel=3)
 
     @property
     def search(self) -> SearchConfig:

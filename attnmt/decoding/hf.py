@@ -29,10 +29,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnmt.attribution.methods import AttributionOptions
+from attnmt.attribution.reader import attribute
 from attnmt.decoding.base import BaseTranslator, Translation, Translations, source_texts
 from attnmt.errors import ConfigError
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, SpecialIds, force_decode
-from attnmt.models.saliency import SaliencyOptions, saliency
 from attnmt.runs.run_config import SearchConfig
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.device import check_device_name, describe, resolve_device
@@ -229,25 +230,35 @@ class HFTranslator(BaseTranslator):
     def force_decode(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], *,
         max_tokens: int = DEFAULT_MAX_TOKENS, log_probs: bool = False, progress: bool = False,
+        foils: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[tuple[int, ForcedReading]]:
         """``attnmt.models.readout.force_decode`` with this model and its special ids."""
         return force_decode(self.readout, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
-                            specials=self.specials, progress=progress)
+                            specials=self.specials, progress=progress, foils=foils)
 
     @property
     def attributed_model(self) -> torch.nn.Module:
         """The read-out of the Hugging Face model (``HFReadout``): saliency and erasure read it."""
         return self.readout
 
+    def target_pieces(self, ids: Sequence[int]) -> list[str]:
+        """The target pieces of ``ids`` under the model's tokenizer."""
+        return list(self.tokenizer.convert_ids_to_tokens([int(i) for i in ids]))
+
+    def target_ids(self, pieces: Sequence[str]) -> list[int]:
+        """The ids of target ``pieces`` under the model's tokenizer."""
+        return [int(i) for i in self.tokenizer.convert_tokens_to_ids(list(pieces))]
+
     def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
         """The source and output piece ids of ``translations`` under the model's tokenizer."""
         return ([self.tokenizer.convert_tokens_to_ids(t.src_pieces) for t in translations],
                 [self.tokenizer.convert_tokens_to_ids(t.out_pieces) for t in translations])
 
-    def saliency(
+    def attribute(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
-        options: SaliencyOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+        options: AttributionOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+        foils: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """``attnmt.models.saliency.saliency`` with this model and its special ids."""
-        return saliency(self.readout, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
-                        max_tokens=max_tokens, specials=self.specials, progress=progress)
+        """``attnmt.attribution.reader.attribute`` with this model and its special ids."""
+        return attribute(self.readout, sources, outputs, **AttributionOptions.of(options).as_keywords(),
+                         max_tokens=max_tokens, specials=self.specials, progress=progress, foils=foils)

@@ -6,7 +6,7 @@
     t.attention     -> np.ndarray [T, S]: row t is the attention of output piece t over the source
     t.src_pieces    -> the S column labels, t.out_pieces -> the T row labels (both end with "</s>")
     translator.read_attention([t])  -> [np.ndarray [L, h, T, S]]: every decoder layer and head
-    translator.read_saliency([t], "integrated")  -> [np.ndarray [T, S]]: gradient saliency
+    translator.read_attributions([t], "integrated")  -> [np.ndarray [T, S]]: gradient saliency
 
 The source is encoded with the run's tokenizer, EOS appended (as in training); sentences are
 decoded in batches, longest first, and returned in input order. Search is attnmt.decoding.search:
@@ -31,6 +31,8 @@ import torch
 from tqdm.auto import tqdm
 
 from attnmt.attention.user import bound_classes
+from attnmt.attribution.methods import AttributionOptions
+from attnmt.attribution.reader import attribute
 from attnmt.data import Batch, Tokenizers, batches_for_inference
 from attnmt.data.special_tokens import EOS_ID, UNK_ID
 from attnmt.decoding.base import BaseTranslator, Translation, Translations, source_texts
@@ -38,7 +40,6 @@ from attnmt.decoding.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.models import build_model, check_model_fits
 from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, force_decode
-from attnmt.models.saliency import SaliencyOptions, saliency
 from attnmt.runs.checkpoint import check_weights_match, checkpoint_code, load_checkpoint, load_model_state
 from attnmt.runs.folder import checkpoint_path
 from attnmt.runs.run_config import RunConfig, SearchConfig
@@ -352,16 +353,26 @@ class Translator(BaseTranslator):
     def force_decode(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], *,
         max_tokens: int = DEFAULT_MAX_TOKENS, log_probs: bool = False, progress: bool = False,
+        foils: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[tuple[int, ForcedReading]]:
         """``attnmt.models.readout.force_decode`` with this translator's model: complete rows of
         source and output ids in, ``(pair index, ForcedReading)`` out, batch by batch."""
         return force_decode(self.model, sources, outputs, max_tokens=max_tokens, log_probs=log_probs,
-                            progress=progress, before_batch=None if self.threads is None else self.threads.before)
+                            progress=progress, before_batch=None if self.threads is None else self.threads.before,
+                            foils=foils)
 
     @property
     def attributed_model(self) -> torch.nn.Module:
         """The run's model: saliency and the attributions read it."""
         return self.model
+
+    def target_pieces(self, ids: Sequence[int]) -> list[str]:
+        """The target pieces of ``ids`` under the run's target tokenizer."""
+        return [self.tokenizers.tgt.id_to_piece(int(i)) for i in ids]
+
+    def target_ids(self, pieces: Sequence[str]) -> list[int]:
+        """The ids of target ``pieces`` under the run's target tokenizer."""
+        return [self.tokenizers.tgt.piece_to_id(piece) for piece in pieces]
 
     def piece_ids(self, translations: Sequence[Translation]) -> tuple[list[list[int]], list[list[int]]]:
         """The source and output piece ids of ``translations`` under the run's tokenizers."""
@@ -369,15 +380,16 @@ class Translator(BaseTranslator):
         return ([[src_tok.piece_to_id(piece) for piece in t.src_pieces] for t in translations],
                 [[tgt_tok.piece_to_id(piece) for piece in t.out_pieces] for t in translations])
 
-    def saliency(
+    def attribute(
         self, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
-        options: SaliencyOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+        options: AttributionOptions | str = "gradient", *, max_tokens: int = DEFAULT_MAX_TOKENS, progress: bool = False,
+        foils: Sequence[Sequence[int]] | None = None,
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """``attnmt.models.saliency.saliency`` with this translator's model: complete rows of source
-        and output ids in, ``(pair index, scores [T, S])`` out, batch by batch."""
-        return saliency(self.model, sources, outputs, **SaliencyOptions.of(options).as_keywords(),
-                        max_tokens=max_tokens, progress=progress,
-                        before_batch=None if self.threads is None else self.threads.before)
+        """``attnmt.attribution.reader.attribute`` with this translator's model: complete rows of
+        source and output ids in, ``(pair index, scores [T, S])`` out, batch by batch."""
+        return attribute(self.model, sources, outputs, **AttributionOptions.of(options).as_keywords(),
+                         max_tokens=max_tokens, progress=progress, foils=foils,
+                         before_batch=None if self.threads is None else self.threads.before)
 
 
 def _check_weights_on_meta(run_config: RunConfig, tokenizers: Tokenizers, state: dict, path: Path) -> None:

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data.pieces import merge_subwords
 from attnmt.decoding.translator import Translation, Translator
-from attnmt.models.saliency import SaliencyOptions
 from attnmt.runtime.atomic_files import write_text_atomic
 
 __all__ = ["Agreement", "agreement_path", "corpus_agreement", "row_agreement", "run_agreement",
@@ -83,21 +83,21 @@ def _without_end(matrix: np.ndarray, src_words: list[str], out_words: list[str])
 def translation_agreement(attention: np.ndarray, saliency: np.ndarray, translation: Translation
                           ) -> tuple[list[float], list[bool], int]:
     """``row_agreement`` of one translation: ``attention`` [L, h, T, S] (``read_attention``) and
-    ``saliency`` [T, S] (``read_saliency``) over pieces, merged into words, "</s>" left out."""
+    ``saliency`` [T, S] (``read_attributions``) over pieces, merged into words, "</s>" left out."""
     matrix = np.asarray(attention, dtype=np.float64)[-1].mean(axis=0)
     words, src_words, out_words = merge_subwords(matrix, translation.src_pieces, translation.out_pieces)
     scores = merge_subwords(saliency, translation.src_pieces, translation.out_pieces, output_words="sum")[0]
     return row_agreement(_without_end(words, src_words, out_words), _without_end(scores, src_words, out_words))
 
 
-def corpus_agreement(translator: Translator, translations: Sequence[Translation], options: SaliencyOptions,
+def corpus_agreement(translator: Translator, translations: Sequence[Translation], options: AttributionOptions,
                      progress: bool = False) -> Agreement:
     """The Agreement of ``translator``'s attention and saliency over ``translations`` (its own outputs)."""
     correlations: list[float] = []
     same_top: list[bool] = []
     words = 0
     attention = translator.read_attention(translations, progress=progress)
-    saliency = translator.read_saliency(translations, options, progress=progress)
+    saliency = translator.read_attributions(translations, options, progress=progress)
     for translation, weights, scores in zip(translations, attention, saliency):
         rows, tops, count = translation_agreement(weights, scores, translation)
         correlations += rows
@@ -108,14 +108,14 @@ def corpus_agreement(translator: Translator, translations: Sequence[Translation]
     return Agreement(float(np.mean(correlations)), float(np.mean(same_top)), len(correlations), words)
 
 
-def agreement_path(run_dir: str | Path, split: str, beam: int, options: SaliencyOptions) -> Path:
+def agreement_path(run_dir: str | Path, split: str, beam: int, options: AttributionOptions) -> Path:
     """Where a run keeps the agreement of its outputs on ``split``: agreement-SPLIT[-beamK]-METHOD.json."""
     beam_part = "" if beam == 1 else f"-beam{beam}"
     return Path(run_dir) / f"agreement-{split}{beam_part}-{options.method}.json"
 
 
 def run_agreement(translator: Translator, run_dir: str | Path, split: str, sources: Sequence[str], beam: int,
-                  options: SaliencyOptions, progress: bool = False) -> dict[str, Any]:
+                  options: AttributionOptions, progress: bool = False) -> dict[str, Any]:
     """The agreement report of a run on ``split`` (its outputs with ``beam``), read from the run's
     agreement json when one with the same settings and step exists, else computed and written there."""
     path = agreement_path(run_dir, split, beam, options)

@@ -17,6 +17,10 @@ sentence's words); each bin's k is at most W. The area over the perturbation cur
 mean over a set's bins; a sentence's figure is the mean over its output tokens. Higher
 comprehensiveness and lower sufficiency mean a more faithful ranking.
 
+A contrastive explanation (``foils``: a foil y′_t at some positions t) is measured the same way on
+the contrast, m(x) = log p(y_t | y_<t, x) − log p(y′_t | y_<t, x), over the positions that have a
+foil: erasing the top-ranked words should shrink the contrast.
+
 The baseline every method must beat is a random ranking: ``random_orders`` orders drawn for every
 output token (seeded), each scored as a method is, and the mean taken.
 
@@ -34,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from attnmt.attribution.forced import NO_FOIL, erased_rows
 from attnmt.data.pieces import Span, group_pieces, is_special_token
-from attnmt.models.attribution import erased_rows
 
 __all__ = ["BINS", "Faithfulness", "RANDOM", "bin_sizes", "faithfulness", "source_words", "translation_faithfulness",
            "word_scores"]
@@ -122,12 +126,15 @@ def faithfulness(  # noqa: PLR0913 (the pair, its words, the attributions and th
     *,
     random_orders: int = 3,
     seed: int = 0,
+    foils: Sequence[int] | None = None,
 ) -> dict[str, Faithfulness]:
     """Comprehensiveness and sufficiency of each attribution [T, S] over one pair's source pieces
     (``source`` and ``output`` complete rows of ids, ``words`` the candidate words' spans), and of
-    ``RANDOM`` (module docstring). ``translator`` is any ``BaseTranslator``. A sentence without a
-    candidate word gets an empty result."""
-    if not words:
+    ``RANDOM`` (module docstring). ``translator`` is any ``BaseTranslator``. ``foils``: the pair's
+    row of foils (``NO_FOIL`` where none) to measure on the contrast. A sentence without a
+    candidate word, or without a foil, gets an empty result."""
+    steps = list(range(len(output))) if foils is None else [t for t, foil in enumerate(foils) if foil != NO_FOIL]
+    if not words or not steps:
         return {}
     T, W = len(output), len(words)
     sizes = bin_sizes(W)
@@ -158,16 +165,21 @@ def faithfulness(  # noqa: PLR0913 (the pair, its words, the attributions and th
     # one source row per distinct set, in the order of their row numbers
     variants = erased_rows(source, [sorted(removed) for removed in rows], translator.unk_id)
     log_probs = np.zeros((len(variants), T))
-    for index, reading in translator.force_decode(variants, [list(output)] * len(variants), log_probs=True):
-        log_probs[index] = reading.log_probs
+    if foils is None:
+        for index, reading in translator.force_decode(variants, [list(output)] * len(variants), log_probs=True):
+            log_probs[index] = reading.log_probs
+    else:  # a position without a foil reads its own token: a contrast of 0, and it is not scored
+        foil_row = [token if foil == NO_FOIL else foil for foil, token in zip(foils, output)]
+        for index, reading in translator.force_decode(variants, [list(output)] * len(variants), log_probs=True,
+                                                      foils=[foil_row] * len(variants)):
+            log_probs[index] = reading.log_probs.astype(np.float64) - reading.foil_log_probs
 
     def scored(method_plan: dict[str, list[tuple[int, int]]]) -> Faithfulness:
         whole = log_probs[0]
         comprehensiveness, sufficiency = {}, {}
         for label, pairs in method_plan.items():
-            comprehensiveness[label] = float(np.mean([whole[t] - log_probs[removed, t]
-                                                      for t, (removed, _) in enumerate(pairs)]))
-            sufficiency[label] = float(np.mean([whole[t] - log_probs[kept, t] for t, (_, kept) in enumerate(pairs)]))
+            comprehensiveness[label] = float(np.mean([whole[t] - log_probs[pairs[t][0], t] for t in steps]))
+            sufficiency[label] = float(np.mean([whole[t] - log_probs[pairs[t][1], t] for t in steps]))
         return Faithfulness(comprehensiveness, sufficiency)
 
     result = {method: scored(method_plan) for method, method_plan in plans.items()}
@@ -176,10 +188,11 @@ def faithfulness(  # noqa: PLR0913 (the pair, its words, the attributions and th
 
 
 def translation_faithfulness(translator: Any, translation: Any, attributions: Mapping[str, np.ndarray], *,
-                             random_orders: int = 3, seed: int = 0) -> dict[str, Faithfulness]:
+                             random_orders: int = 3, seed: int = 0,
+                             foils: Sequence[int] | None = None) -> dict[str, Faithfulness]:
     """``faithfulness`` of one ``Translation`` of ``translator``: its pieces' ids as the translator
     numbers them, its candidate words from its source pieces (``source_words``)."""
     sources, outputs = translator.piece_ids([translation])
     words = source_words(translation.src_pieces, group_pieces(translation.src_pieces))
     return faithfulness(translator, sources[0], outputs[0], words, attributions, random_orders=random_orders,
-                        seed=seed)
+                        seed=seed, foils=foils)

@@ -15,6 +15,8 @@ For one pair, with complete rows of token ids (the special tokens included)::
     weights    [L, h, T, S]   row t: the attention over the source of the step that predicts y_t,
                               in each of the L decoder layers that attend over the source, per head
     log_probs  [T]            log p(y_t | y_<t, x)   (with ``log_probs=True``)
+    foil_log_probs [T]        log p(y′_t | y_<t, x)  (with ``foils``: a foil y′_t per position,
+                              read under the same prefix; contrastive explanations)
 
 Pairs are read in batches under a token budget, B · max(S, T) ≤ ``max_tokens``, longest first,
 padded with ``specials.pad``. The model sees the source mask and its decoder is causal, so a pair's
@@ -67,10 +69,11 @@ ATTNMT_SPECIALS = SpecialIds(pad=PAD_ID, start=BOS_ID, unk=UNK_ID)
 @dataclass
 class ForcedReading:
     """What force-decoding one pair read (module docstring): ``weights`` [L, h, T, S] float32 and,
-    when asked for, ``log_probs`` [T] float32."""
+    when asked for, ``log_probs`` [T] float32 and ``foil_log_probs`` [T] float32."""
 
     weights: np.ndarray
     log_probs: np.ndarray | None = None
+    foil_log_probs: np.ndarray | None = None
 
 
 def padded_rows(rows: Sequence[Sequence[int]], width: int, pad: int) -> torch.Tensor:
@@ -140,7 +143,7 @@ def batches_in_eval_mode(model: Any, plan: Sequence[Sequence[int]], sources: Seq
             bar.close()
 
 
-def force_decode(
+def force_decode(  # noqa: PLR0913 (the pairs, then keyword-only settings)
     model: Any,
     sources: Sequence[Sequence[int]],
     outputs: Sequence[Sequence[int]],
@@ -150,12 +153,15 @@ def force_decode(
     specials: SpecialIds = ATTNMT_SPECIALS,
     progress: bool = False,
     before_batch: Callable[[], object] | None = None,
+    foils: Sequence[Sequence[int]] | None = None,
 ) -> Iterator[tuple[int, ForcedReading]]:
     """``(k, reading)`` for every pair ``(sources[k], outputs[k])``, batch by batch (longest first).
 
     sources, outputs: complete rows of token ids (module docstring); every row needs at least one
-    token. The model runs in eval mode under ``torch.inference_mode`` and gets its mode back.
-    ``before_batch`` is called before each batch runs (a translator's thread chooser).
+    token. ``foils``: for each pair a row of ids as long as its output, whose log-probabilities at
+    each position are read too (``foil_log_probs``). The model runs in eval mode under
+    ``torch.inference_mode`` and gets its mode back. ``before_batch`` is called before each batch
+    runs (a translator's thread chooser).
     """
     device = next(model.parameters()).device
     plan = batch_plan(sources, outputs, max_tokens, caller="force_decode")
@@ -166,13 +172,19 @@ def force_decode(
         with torch.inference_mode():
             logits, weights = model(batch.src, batch.src_mask, batch.tgt_in, return_attention="heads")
             every_head = weights.float().cpu().numpy()  # [B, L, h, T, S]
-            scores = None
-            if log_probs:
-                gathered = torch.log_softmax(logits.float(), dim=-1).gather(-1, batch.targets.unsqueeze(-1))
-                scores = gathered.squeeze(-1).cpu().numpy()  # [B, T]
+            scores: np.ndarray | None = None
+            foil_scores: np.ndarray | None = None
+            if log_probs or foils is not None:
+                log_softmax = torch.log_softmax(logits.float(), dim=-1)
+                scores = log_softmax.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1).cpu().numpy()  # [B, T]
+                if foils is not None:
+                    foil_rows = padded_rows([foils[k] for k in batch.pairs], batch.targets.shape[1], specials.pad)
+                    gathered = log_softmax.gather(-1, foil_rows.to(logits.device).unsqueeze(-1)).squeeze(-1)
+                    foil_scores = gathered.cpu().numpy()
         for row, k in enumerate(batch.pairs):
             length, source_length = len(outputs[k]), len(sources[k])
             yield k, ForcedReading(
                 weights=np.ascontiguousarray(every_head[row, :, :, :length, :source_length]),
-                log_probs=None if scores is None else scores[row, :length].copy(),
+                log_probs=None if scores is None or not log_probs else scores[row, :length].copy(),
+                foil_log_probs=None if foil_scores is None else foil_scores[row, :length].copy(),
             )

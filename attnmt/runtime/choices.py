@@ -28,15 +28,5 @@ GUIDE_UNALIGNED = ("ignore", "eos")
 #: What a heatmap or a curves figure can be written as (the file name's suffix).
 PLOT_FORMATS = ("png", "svg", "pdf")
 
-#: gradient saliency methods and their default settings (see attnmt.models.saliency)
-GRADIENT_METHODS = ("gradient", "smoothgrad", "integrated")
-#: attributions made for attention models (see attnmt.models.attribution)
-ATTRIBUTION_METHODS = ("value_norm", "erasure", "alti", "rollout")
-#: every method ``--saliency`` takes: one registry of names
-SALIENCY_METHODS = GRADIENT_METHODS + ATTRIBUTION_METHODS
-#: what ``attnmt explain --methods`` takes (see attnmt.evaluation.explain), and what it explains by default
-EXPLAIN_METHODS = ("attention", *SALIENCY_METHODS)
-EXPLAIN_DEFAULT_METHODS = ("attention", "gradient", "integrated", "value_norm", "erasure", "alti", "rollout")
-SALIENCY_SAMPLES = 10  # SmoothGrad's noisy copies
-SALIENCY_NOISE = 0.15  # SmoothGrad's σ, a share of the range of the pair's source embeddings
-SALIENCY_STEPS = 50  # integrated gradients' points on the path (tests/test_saliency.py: completeness)
+# The attribution methods' names and settings are in their own registry, attnmt.attribution.methods
+# (as light to import as this module).

@@ -73,7 +73,7 @@ class ServedModel:
     @property
     def saliency_methods(self) -> list[str]:
         """The methods of the saliency registry that can read this model."""
-        return self.translator.saliency_methods()
+        return self.translator.attribution_methods()
 
 
 def _name_of(origin: str, taken: set[str]) -> str:

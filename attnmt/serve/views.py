@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -28,14 +29,13 @@ import torch
 
 from attnmt.alignment import TranslatorAligner, alignment_error_rate
 from attnmt.attention.user import UserCodeError
+from attnmt.attribution.methods import ATTENTION, NAMES, check_applies
 from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.decoding.interventions import REPLACEMENTS, pinned_attention, replaced_attention, watched_step
 from attnmt.decoding.search import length_penalty
-from attnmt.errors import AttnmtError
-from attnmt.evaluation.agreement import translation_agreement
-from attnmt.evaluation.faithfulness import RANDOM, translation_faithfulness
-from attnmt.models.saliency import SaliencyOptions
-from attnmt.runtime.choices import SALIENCY_METHODS
+from attnmt.errors import AttnmtError, ConfigError
+from attnmt.evaluation.explain import ExplainSettings, Explanation, Foil, explain_one
+from attnmt.evaluation.faithfulness import RANDOM
 from attnmt.serve.equations import equation_mathml
 from attnmt.serve.jobs import BUSY, STOPPING, InlineJobs, ModelWorkers
 from attnmt.serve.models import ServedModel
@@ -46,6 +46,9 @@ __all__ = ["MAX_BEAM", "MAX_SENTENCE_CHARS", "RequestError", "Views"]
 MAX_SENTENCE_CHARS = 1000
 MAX_BEAM = 16
 MAX_SALIENCY_STEPS = 64
+#: integrated-gradient steps and SmoothGrad samples by default, fewer than ``attnmt explain``'s to
+#: stay quick; the page names them beside the figures
+SERVE_STEPS = 10
 MAX_LINKS = 2000
 MAX_PREFIX_WORDS = 200
 
@@ -58,18 +61,52 @@ class RequestError(Exception):
         self.status = status
 
 
-def _sentence_faithfulness(served: ServedModel, translation: Any, method: str, scores: np.ndarray
-                           ) -> dict[str, dict[str, float]] | None:
+def _sentence_faithfulness(explanation: Explanation, method: str) -> dict[str, dict[str, float]] | None:
     """Comprehensiveness and sufficiency AOPC (1-3 words) of the attention, ``method`` and a random
-    ranking on this sentence; None for a source without a word to remove."""
-    measured = translation_faithfulness(served.translator, translation,
-                                        {"attention": np.asarray(translation.attention, dtype=np.float64),
-                                         method: np.asarray(scores, dtype=np.float64)})
-    if not measured:
+    ranking on this sentence, from its explanation; None for a source without a word to remove."""
+    figures = {ATTENTION: explanation.methods[ATTENTION].faithfulness, method: explanation.methods[method].faithfulness,
+               RANDOM: explanation.random}
+    if not figures[RANDOM].comprehensiveness:
         return None
-    return {name: {"comprehensiveness": round(measured[name].comprehensiveness_aopc["words"], 3),
-                   "sufficiency": round(measured[name].sufficiency_aopc["words"], 3)}
-            for name in ("attention", method, RANDOM)}
+    return {name: {"comprehensiveness": round(found.comprehensiveness_aopc["words"], 3),
+                   "sufficiency": round(found.sufficiency_aopc["words"], 3)} for name, found in figures.items()}
+
+
+def _pieces(payload: dict, key: str) -> list[str] | None:
+    """An optional list of at most MAX_PREFIX_WORDS pieces (strings) of ``payload``."""
+    value = payload.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) and 0 < len(p) <= 100 for p in value):
+        raise RequestError(400, f"{key}: give the hypothesis's pieces (a list of strings)")
+    if len(value) > 4 * MAX_PREFIX_WORDS:
+        raise RequestError(413, f"{key}: more than {4 * MAX_PREFIX_WORDS} pieces")
+    return value
+
+
+def _divergence(output: Sequence[str], alternative: Sequence[str]) -> int:
+    """The first position where ``alternative`` differs from ``output`` (RequestError if none)."""
+    for t, (mine, theirs) in enumerate(zip(output, alternative)):
+        if mine != theirs:
+            return t
+    raise RequestError(400, "alternative: it does not differ from the translation where both have pieces")
+
+
+def _contrast_view(explanation: Explanation, method: str) -> dict[str, Any]:
+    """The contrasted step as the page shows it: the output word and the foil, the contrast, and
+    the attribution of the contrast over the source words (one row)."""
+    contrast, translation = explanation.contrast, explanation.translation
+    assert contrast is not None
+    step = contrast.steps[0]
+    row = explanation.attributions[method][step:step + 1]
+    merged, src_words, _ = merge_subwords(row, translation.src_pieces, [translation.out_pieces[step]],
+                                          output_words="sum")
+    words = _words_of(translation.out_pieces)
+    word_index = len(_words_of(translation.out_pieces[: step + 1])) - 1
+    return {"step": step + 1, "word": words[word_index] if 0 <= word_index < len(words) else contrast.outputs[0],
+            "output_piece": contrast.outputs[0], "foil": contrast.foils[0], "value": round(contrast.values[0], 3),
+            "depends_on_output": method not in contrast.unchanged, "scores": _rounded(merged)[0],
+            "src_words": src_words}
 
 
 def _rounded(matrix: np.ndarray) -> list[list[float]]:
@@ -180,7 +217,7 @@ class Views:
     def models_page(self) -> dict[str, Any]:
         """``GET /api/models``: the models, and the test-set examples to pick from."""
         return {"models": [served.describe() for served in self.models.values()], "examples": self.examples,
-                "saliency_methods": list(SALIENCY_METHODS), "max_beam": MAX_BEAM,
+                "saliency_methods": list(NAMES), "max_beam": MAX_BEAM,
                 "max_sentence_chars": MAX_SENTENCE_CHARS}
 
     def translate(self, payload: dict) -> dict[str, Any]:
@@ -211,7 +248,8 @@ class Views:
                     hypotheses=[{"output": hypothesis.output, "score": round(float(hypothesis.score), 4),
                                  "normalized": round(float(hypothesis.score)
                                                      / length_penalty(len(hypothesis.out_pieces), alpha), 4),
-                                 "words": _words_of(hypothesis.out_pieces)} for hypothesis in hypotheses])
+                                 "words": _words_of(hypothesis.out_pieces),
+                                 "pieces": list(hypothesis.out_pieces)} for hypothesis in hypotheses])
         view["source_positions"] = _source_positions(view["src_words"], sentence)
         return view
 
@@ -236,34 +274,57 @@ class Views:
                 "forced_words": len(_words_of(translation.out_pieces[:forced])) if forced else 0}
 
     def saliency(self, payload: dict) -> dict[str, Any]:
-        """``POST /api/saliency`` {sentence, model, method, steps?, samples?, beam?}: the saliency
-        (any method of the registry) of the model's output over the source words, how it agrees with
-        the attention (mean rank correlation over output words, ``attnmt.evaluation.agreement``), and
-        this sentence's comprehensiveness and sufficiency AOPC over 1-3 words for the attention, the
-        method and a random ranking (``attnmt.evaluation.faithfulness``)."""
+        """``POST /api/saliency`` {sentence, model, method, steps?, samples?, beam?, alternative?}:
+        this sentence's explanation (``attnmt.evaluation.explain``, the one ``attnmt explain``
+        computes, with ``steps`` integrated-gradient steps and ``samples`` SmoothGrad copies, 10 each
+        by default to stay quick; ``method`` names them): the attribution over the source words, its
+        agreement with the attention (mean rank correlation and top-1 agreement over output words),
+        and comprehensiveness and sufficiency AOPC over 1-3 words for the attention, the method and
+        a random ranking. ``attnmt explain --methods attention,METHOD --steps S --samples N --foil
+        ... --step ...`` prints the same figures.
+
+        With ``alternative`` (the pieces of an n-best hypothesis) it is contrastive: "why this and
+        not that?" at the first output piece where the alternative differs from the translation,
+        the alternative's piece as the foil; ``contrast`` then gives that step, the two words, the
+        contrast log p(y_t) − log p(y′_t) and the attribution of the contrast over the source words."""
         sentence = _text(payload, "sentence")
         served = self._one(payload)
         method = payload.get("method", "gradient")
-        if method not in SALIENCY_METHODS:
-            raise RequestError(400, f"method: one of {', '.join(SALIENCY_METHODS)}, got {method!r:.40}")
-        options = SaliencyOptions(method, samples=_integer(payload, "samples", 10, 1, MAX_SALIENCY_STEPS),
-                                  steps=_integer(payload, "steps", 10, 1, MAX_SALIENCY_STEPS))
+        if method not in NAMES:
+            raise RequestError(400, f"method: one of {', '.join(NAMES)}, got {method!r:.40}")
+        settings = ExplainSettings(samples=_integer(payload, "samples", SERVE_STEPS, 1, MAX_SALIENCY_STEPS),
+                                   steps=_integer(payload, "steps", SERVE_STEPS, 1, MAX_SALIENCY_STEPS),
+                                   counterfactual=False)
         beam = _integer(payload, "beam", 1, 1, MAX_BEAM)
+        alternative = _pieces(payload, "alternative")
         self._check_length(served, sentence)
+        try:
+            check_applies(served.translator.attributed_model, method)
+        except ConfigError as error:
+            raise RequestError(400, str(error)) from None
 
         def work() -> dict[str, Any]:
             started = time.perf_counter()
             translation = served.translator.translate([sentence], beam=beam, return_attention=True)[0]
-            scores = served.translator.read_saliency([translation], options)[0]
-            every_head = served.translator.read_attention([translation])[0]
-            merged = merge_subwords(scores, translation.src_pieces, translation.out_pieces, output_words="sum")[0]
-            correlations, same_top, _ = translation_agreement(every_head, scores, translation)
-            agreement = float(np.mean(correlations)) if correlations else None
-            seconds = round(time.perf_counter() - started, 3)
-            return {"model": served.name, "method": options.describe(), "saliency": _rounded(merged),
-                    "agreement": None if agreement is None or not math.isfinite(agreement) else round(agreement, 3),
-                    "same_top": f"{sum(same_top)}/{len(same_top)}", "seconds": seconds,
-                    "faithfulness": _sentence_faithfulness(served, translation, method, scores)}
+            chosen = settings
+            if alternative is not None:
+                step = _divergence(translation.out_pieces, alternative)
+                chosen = replace(settings, foil=Foil(alternative[step], step + 1, piece=True))
+            try:
+                explanation = explain_one(served.translator, translation, [ATTENTION, method], chosen)
+            except ConfigError as error:
+                raise RequestError(400, str(error)) from None
+            report = explanation.methods[method]
+            merged = explanation.word_matrix(method)[0]
+            agreement = report.rank_correlation
+            answer = {"model": served.name, "method": settings.describe(method), "saliency": _rounded(merged),
+                      "agreement": None if agreement is None or not math.isfinite(agreement) else round(agreement, 3),
+                      "top1": None if report.top1 is None else round(report.top1, 3),
+                      "faithfulness": _sentence_faithfulness(explanation, method)}
+            if explanation.contrast is not None:
+                answer["contrast"] = _contrast_view(explanation, method)
+            answer["seconds"] = round(time.perf_counter() - started, 3)
+            return answer
 
         return self._run(served, work, priority=1)
 

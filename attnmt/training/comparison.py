@@ -39,12 +39,12 @@ from typing import Any
 from attnmt.attention.registry import canonical_name, folder_label, short_name
 from attnmt.attention.trusted_code import remember as remember_code
 from attnmt.attention.user import code_record
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError, ConfigMismatch
 from attnmt.evaluation.agreement import run_agreement
 from attnmt.evaluation.evaluate import evaluate_run
-from attnmt.models.saliency import SaliencyOptions
 from attnmt.runs.folder import (
     CONFIG_FILE,
     LAST,
@@ -173,7 +173,7 @@ class Comparison:
     limits: dict[str, Any]
     set_options: list[str]
     outcomes: list[RunOutcome] = field(default_factory=list)
-    saliency: SaliencyOptions | None = None
+    saliency: AttributionOptions | None = None
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -394,7 +394,7 @@ def compare_mechanisms(  # noqa: PLR0913 (the options of `attnmt compare`, each 
     trust_run_code: bool = False,
     overwrite: bool = False,
     say: Callable[[str], None] | None = None,
-    saliency: SaliencyOptions | None = None,
+    saliency: AttributionOptions | None = None,
     figures: Figures = Figures(),
 ) -> Comparison:
     """Train ``mechanisms`` × seeds 1..``runs`` from ``config_path`` into ``out/runs/``, evaluate each

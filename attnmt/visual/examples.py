@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 from sacrebleu.metrics import BLEU
 
+from attnmt.attribution.methods import ATTENTION, AttributionOptions
 from attnmt.data.pieces import merge_subwords
-from attnmt.evaluation.agreement import translation_agreement
-from attnmt.evaluation.faithfulness import RANDOM, translation_faithfulness
-from attnmt.models.saliency import SaliencyOptions
+from attnmt.evaluation.explain import ExplainSettings, Explanation, explain
+from attnmt.evaluation.faithfulness import RANDOM
 
 __all__ = ["named_heads", "view_examples"]
 
@@ -52,7 +52,7 @@ def view_examples(
     merge_pieces: bool = True,
     batch_size: int | None = None,
     progress: bool = False,
-    saliency: SaliencyOptions | str | None = None,
+    saliency: AttributionOptions | str | None = None,
 ) -> list[dict[str, Any]]:
     """Translate ``sources`` and return one ``write_attention_viewer`` example dict per sentence.
 
@@ -60,8 +60,8 @@ def view_examples(
     ``merge_pieces`` is False, EOS shown as ``</s>``), ``weights`` [T, S] for a single-head model or
     ``heads`` {"average", per-head matrices} (module docstring), and ``meta``: sentence BLEU
     (sacrebleu, against the reference), the log-probability of the output and the beam size.
-    With ``saliency`` (a method name or SaliencyOptions) each example also has the gradient
-    saliency of its output (``translator.read_saliency``), merged into words like the attention,
+    With ``saliency`` (a method name or AttributionOptions) each example also has the gradient
+    saliency of its output (``translator.read_attributions``), merged into words like the attention,
     and its mean agreement with the attention in ``meta``, with this sentence's comprehensiveness
     and sufficiency AOPC over 1-3 words (``attnmt.evaluation.faithfulness``) for the attention, the
     method and a random ranking.
@@ -73,8 +73,12 @@ def view_examples(
         list(sources), beam=beam, return_attention=True, batch_size=batch_size, progress=progress
     )
     every_head = translator.read_attention(translations)
-    options = None if saliency is None else SaliencyOptions.of(saliency)
-    scores = translator.read_saliency(translations, options, progress=progress) if options is not None else None
+    options = None if saliency is None else AttributionOptions.of(saliency)
+    explanations = None
+    if options is not None:
+        settings = ExplainSettings(steps=options.steps, samples=options.samples, noise=options.noise, seed=options.seed,
+                                   counterfactual=False)
+        explanations = explain(translator, translations, [ATTENTION, options.method], settings=settings)
     sentence_bleu = BLEU(effective_order=True)
     examples = []
     for index, translation in enumerate(translations):
@@ -107,29 +111,28 @@ def view_examples(
             example["weights"] = matrices["average"]
         else:
             example["heads"] = matrices
-        if scores is not None and options is not None:
-            matrix = scores[index]
-            if merge_pieces:
-                matrix = merge_subwords(matrix, src_pieces, out_pieces, output_words="sum")[0]
+        if explanations is not None and options is not None:
+            explanation = explanations[index]
+            matrix = explanation.word_matrix(options.method)[0] if merge_pieces else \
+                explanation.attributions[options.method].astype(np.float32)
             example["saliency"], example["saliency_method"] = matrix, options.describe()
-            correlations, same_top, _ = translation_agreement(every_head[index], scores[index], translation)
-            if correlations:
-                meta["rank corr."] = round(float(np.mean(correlations)), 2)
-                meta["same top"] = f"{sum(same_top)}/{len(same_top)}"
-            meta.update(_faithfulness_meta(translator, translation, options.method, scores[index]))
+            report = explanation.methods[options.method]
+            if report.rank_correlation is not None:
+                meta["rank corr."] = round(report.rank_correlation, 2)
+            if report.top1 is not None:
+                meta["top-1 agreement"] = round(report.top1, 2)
+            meta.update(_faithfulness_meta(explanation, options.method))
         examples.append(example)
     return examples
 
 
-def _faithfulness_meta(translator: Any, translation: Any, method: str, scores: np.ndarray) -> dict[str, str]:
+def _faithfulness_meta(explanation: Explanation, method: str) -> dict[str, str]:
     """This sentence's comprehensiveness and sufficiency, "attention / METHOD / random", as the
     viewer's readout shows them (nothing for a source without a word to remove)."""
-    measured = translation_faithfulness(translator, translation,
-                                        {"attention": np.asarray(translation.attention, dtype=np.float64),
-                                         method: np.asarray(scores, dtype=np.float64)})
-    if not measured:
+    figures = {ATTENTION: explanation.methods[ATTENTION].faithfulness,
+               method: explanation.methods[method].faithfulness, RANDOM: explanation.random}
+    if not figures[RANDOM].comprehensiveness:
         return {}
-    names = ("attention", method, RANDOM)
-    return {f"{measure} ({' / '.join(names)})": " / ".join(
-                f"{getattr(measured[name], f'{measure}_aopc')['words']:.2f}" for name in names)
+    return {f"{measure} ({' / '.join(figures)})": " / ".join(
+                f"{getattr(found, f'{measure}_aopc')['words']:.2f}" for found in figures.values())
             for measure in ("comprehensiveness", "sufficiency")}

@@ -50,9 +50,10 @@ from typing import Any
 
 import numpy as np
 
+from attnmt.attribution.methods import NAMES as SALIENCY_METHODS
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.errors import ConfigError, DataError
-from attnmt.models.saliency import SALIENCY_METHODS, SaliencyOptions
 from attnmt.runtime.atomic_files import write_bytes_atomic
 from attnmt.runtime.reading import special_file_kind
 
@@ -124,14 +125,14 @@ def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
 
 def attention_records(
     translator, translations: Sequence, indices: Sequence[int] | None = None,
-    saliency: SaliencyOptions | None = None,
+    saliency: AttributionOptions | None = None,
 ) -> list[AttentionRecord]:
     """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
     every layer's and head's weights force-decoded (``translator.read_attention``) and, with
-    ``saliency``, the saliency it says (``translator.read_saliency``). ``indices`` numbers the
+    ``saliency``, the saliency it says (``translator.read_attributions``). ``indices`` numbers the
     records (default 0, 1, ...), e.g. with the input line each came from."""
     indices = range(len(translations)) if indices is None else indices
-    scores = translator.read_saliency(translations, saliency) if saliency is not None and translations else \
+    scores = translator.read_attributions(translations, saliency) if saliency is not None and translations else \
         [None] * len(translations)
     records = []
     for index, translation, weights, matrix in zip(indices, translations, translator.read_attention(translations),

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from attnmt.attribution.methods import AttributionOptions
 from attnmt.data.pieces import merge_subwords
-from attnmt.models.saliency import SaliencyOptions
 from attnmt.visual.examples import view_examples
 from attnmt.visual.viewer import attention_viewer_page, write_attention_viewer
 
@@ -78,11 +78,11 @@ def show(
     references: Sequence[str] | None = None,
     merge_pieces: bool = True,
     title: str | None = None,
-    saliency: SaliencyOptions | str | None = None,
+    saliency: AttributionOptions | str | None = None,
 ) -> AttentionView:
     """Translate ``sentences`` (one string or several) and return their attention as an
     ``AttentionView``: in a notebook, the interactive viewer; per head for multi-head models. With
-    ``saliency`` ("gradient", "smoothgrad", "integrated" or a SaliencyOptions) the gradient
+    ``saliency`` ("gradient", "smoothgrad", "integrated" or a AttributionOptions) the gradient
     saliency of each output stands beside its attention, with their agreement word by word."""
     if isinstance(sentences, str):
         sentences = [sentences]

@@ -200,6 +200,13 @@
             decodeFrom(record, hypothesis.words.slice(0, index + 1).join(" ")) }), " ");
         });
         item.append(el("span", { class: "score", text: `log P ${hypothesis.score.toFixed(2)}, ranked by ${hypothesis.normalized.toFixed(2)}` }));
+        const best = view.hypotheses[0].words;
+        const at = hypothesis.words.findIndex((word, i) => word !== best[i]);
+        if (hypothesis !== view.hypotheses[0] && at >= 0 && at < best.length) {
+          item.append(" ", el("button", { type: "button", class: "why-not", text: `why “${best[at]}” and not “${hypothesis.words[at]}”?`,
+            title: "explain the translation's word against this alternative's (a contrastive explanation)",
+            onclick: () => saliency(record, method.value, progress, cancel, run, hypothesis.pieces) }));
+        }
         list.append(item);
       });
       body.append(list);
@@ -221,21 +228,29 @@
     record.svg = heatmap(matrix, view.out_words, view.src_words,
                          { label: `${view.model}: ${name}`, links: true, forced: view.forced_words, onCell });
     record.figures.replaceChildren(el("div", {}, el("div", { class: "figure-title", text: name }), record.svg));
-    if (record.saliency) {
+    if (record.saliency && record.saliency.contrast) {
+      const s = record.saliency, c = s.contrast;
+      const box = el("div", { class: "contrast" }, el("div", { class: "figure-title",
+        text: `why “${c.word}” and not “${c.foil}”? ${s.method} of log p(${c.output_piece}) − log p(${c.foil}) = ${c.value.toFixed(3)} at output piece ${c.step}` }));
+      if (!c.depends_on_output) box.append(el("div", { class: "muted", text: `${s.method} does not depend on the output: the same for any foil` }));
+      box.append(faithfulnessLine(s, "on the contrast"),
+                 heatmap([c.scores], [`${c.word} / ${c.foil}`], c.src_words, { label: `${view.model}: contrast`, signed: true }));
+      record.figures.append(box);
+    } else if (record.saliency) {
       const s = record.saliency;
       record.figures.append(el("div", {}, el("div", { class: "figure-title",
-        text: `${s.method}; agreement with attention: ${s.agreement === null ? "n/a" : s.agreement} (rank corr.), same top ${s.same_top}` }),
+        text: `${s.method}; agreement with attention: ${s.agreement === null ? "n/a" : s.agreement} (rank corr.), top-1 agreement ${s.top1 === null ? "n/a" : s.top1}` }),
         faithfulnessLine(s),
         heatmap(s.saliency, view.out_words, view.src_words, { label: `${view.model}: saliency`, signed: true })));
     }
   }
 
-  function faithfulnessLine(s) {  // this sentence's comprehensiveness and sufficiency (AOPC over 1-3 words)
+  function faithfulnessLine(s, what) {  // this sentence's comprehensiveness and sufficiency (AOPC over 1-3 words)
     const line = el("div", { class: "muted faithfulness" });
     if (!s.faithfulness) { line.textContent = "faithfulness: no source word to remove"; return line; }
     const part = (name, f) => `${name} ${f.comprehensiveness.toFixed(2)} / ${f.sufficiency.toFixed(2)}`;
     const names = Object.keys(s.faithfulness).filter((name) => name !== "attention" && name !== "random");
-    line.textContent = "faithfulness, comprehensiveness / sufficiency (higher / lower is more faithful): " +
+    line.textContent = `faithfulness${what ? " " + what : ""}, comprehensiveness / sufficiency (higher / lower is more faithful): ` +
       [part("attention", s.faithfulness.attention), ...names.map((name) => part(name, s.faithfulness[name])),
        part("random", s.faithfulness.random)].join("; ");
     return line;
@@ -300,14 +315,15 @@
 
   // -- requests of one panel ----------------------------------------------------------------------------
 
-  async function saliency(record, method, progress, cancel, run) {
+  async function saliency(record, method, progress, cancel, run, alternative) {
     record.controller = new AbortController();
     progress.textContent = `computing ${method}…`;
     cancel.hidden = false;
     run.disabled = true;
     try {
-      record.saliency = await api("/api/saliency", { sentence: state.sentence, model: record.view.model, method,
-                                                     beam: state.beam, steps: 10, samples: 10 }, record.controller.signal);
+      const request = { sentence: state.sentence, model: record.view.model, method, beam: state.beam, steps: 10, samples: 10 };
+      if (alternative) request.alternative = alternative;
+      record.saliency = await api("/api/saliency", request, record.controller.signal);
       progress.textContent = `${record.saliency.seconds.toFixed(2)} s`;
       drawFigures(record);
     } catch (error) {
