@@ -154,6 +154,41 @@ def test_no_module_imports_from_a_higher_layer():
     assert climbing_edges(MODULES) == []
 
 
+def import_cycles(modules: dict[str, Module]) -> list[list[str]]:
+    """The groups of modules (packages' ``__init__`` aside) that reach each other through their
+    imports, those made for type checking only included: each should be one module, or the two
+    should share a third that both import."""
+    graph = {name: sorted(target for target in module.imports if modules[target].path.name != "__init__.py")
+             for name, module in modules.items() if module.path.name != "__init__.py"}
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph.get(name, ()))
+        return seen
+
+    reached = {name: reach(name) for name in graph}
+    groups = {tuple(sorted({name} | {other for other in reached[name] if name in reached[other]}))
+              for name in graph if name in reached[name]}
+    return sorted(list(group) for group in groups)
+
+
+def test_no_modules_import_each_other():
+    assert import_cycles(MODULES) == []
+
+
+def test_the_cycle_rule_would_see_two_modules_that_import_each_other(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import B\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n")
+    assert import_cycles(read_modules(package)) == [["pkg.a", "pkg.b"]]
+
+
 def drawing_below_visual(modules: dict[str, Module]) -> list[str]:
     """The modules below ``DRAWING_FROM`` that import matplotlib."""
     return sorted(name for name, module in modules.items()

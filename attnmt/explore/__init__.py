@@ -17,7 +17,7 @@ the scaled dot-product attention of Vaswani et al. (2017):
 Each ``*_demo`` function returns a frozen dataclass with the numbers and a ``report()`` (question,
 aligned table, a conclusion computed from the numbers); each ``plot_*`` writes one PNG. Everything
 is float64 NumPy and the attention itself is :mod:`attnmt.attention.reference`. The package keeps
-them apart: ``demos.py`` computes, ``report.py`` writes the text, ``figures.py`` draws.
+them apart: ``demos.py`` computes, ``results.py`` holds each result with its text, ``figures.py`` draws.
 
 Scales are given as c (the length multiplier of the query) but the defaults are chosen in units of
 √d, because c/√d is the attention logit of the favoured key: it is what the softmax sees.
@@ -27,18 +27,20 @@ from attnmt.explore.demos import (
     DEFAULT_BETAS,
     DEFAULT_LOGIT_SCALES,
     DEFAULT_NOISY_LOGIT_SCALE,
-    AverageResult,
-    CopyResult,
-    DerivationCheck,
-    MultiheadResult,
-    NoiseStatistics,
-    NoisyResult,
     average_demo,
     copy_demo,
     multihead_demo,
     noisy_demo,
 )
 from attnmt.explore.figures import plot_average, plot_copy, plot_multihead, plot_noisy
+from attnmt.explore.results import (
+    AverageResult,
+    CopyResult,
+    DerivationCheck,
+    MultiheadResult,
+    NoiseStatistics,
+    NoisyResult,
+)
 
 __all__ = [
     "DEFAULT_BETAS",

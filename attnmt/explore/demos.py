@@ -1,6 +1,6 @@
 """The computations of the demonstrations (``attnmt.explore``): keys, values and queries in float64
-NumPy, the attention of :mod:`attnmt.attention.reference`, and a frozen dataclass of the numbers
-per demonstration. Their text is ``attnmt.explore.report``'s, their figures ``attnmt.explore.figures``'s.
+NumPy and the attention of :mod:`attnmt.attention.reference`. Each returns one of the frozen results
+of ``attnmt.explore.results`` (its numbers and text); ``attnmt.explore.figures`` draws them.
 """
 
 from __future__ import annotations
@@ -13,20 +13,16 @@ from typing import Any
 import numpy as np
 
 from attnmt.attention.reference import scaled_dot_product_attention
-from attnmt.explore.report import (
-    average_conclusion,
-    average_report,
-    copy_conclusion,
-    copy_report,
-    multihead_conclusion,
-    multihead_report,
-    noisy_conclusion,
-    noisy_derivation_report,
-    noisy_report,
+from attnmt.explore.results import (
+    AverageResult,
+    CopyResult,
+    DerivationCheck,
+    MultiheadResult,
+    NoiseStatistics,
+    NoisyResult,
 )
 
-__all__ = ["DEFAULT_BETAS", "DEFAULT_LOGIT_SCALES", "DEFAULT_NOISY_LOGIT_SCALE", "AverageResult", "CopyResult",
-           "DerivationCheck", "MultiheadResult", "NoiseStatistics", "NoisyResult", "average_demo", "copy_demo",
+__all__ = ["DEFAULT_BETAS", "DEFAULT_LOGIT_SCALES", "DEFAULT_NOISY_LOGIT_SCALE", "average_demo", "copy_demo",
            "multihead_demo", "noisy_demo"]
 
 # Values of c/√d, the logit of the favoured key(s); the scales actually used are these times √d.
@@ -82,40 +78,6 @@ def _values(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
 # Copying: can one query put (almost) all its weight on one value?
 
 
-@dataclass(frozen=True)
-class CopyResult:
-    """Attention with q = c·k_j over random unit keys, one row per scale c.
-
-    scales: [S] the c values; weight_on_target: [S] α_j; error: [S] ‖a − v_j‖;
-    weights: [S, m] the whole attention distribution; max_other_cosine: max_{i≠j} cos(k_i, k_j).
-    """
-
-    num_keys: int
-    dim: int
-    target: int
-    scales: np.ndarray
-    weight_on_target: np.ndarray
-    error: np.ndarray
-    weights: np.ndarray
-    max_other_cosine: float
-
-    @property
-    def logit_scales(self) -> np.ndarray:
-        """c/√d: the logit of the target key (the keys have unit length)."""
-        return self.scales / math.sqrt(self.dim)
-
-    @property
-    def logit_gap(self) -> np.ndarray:
-        """[S] how far the target's logit leads the best other key: c·(1 − max cos)/√d."""
-        return self.logit_scales * (1.0 - self.max_other_cosine)
-
-    def conclusion(self) -> str:
-        return copy_conclusion(self)
-
-    def report(self) -> str:
-        return copy_report(self)
-
-
 def copy_demo(
     num_keys: int = 8,
     dim: int = 64,
@@ -158,35 +120,6 @@ def copy_demo(
 # Averaging: can one query put half its weight on each of two values?
 
 
-@dataclass(frozen=True)
-class AverageResult:
-    """Attention with q = c·(k_a + k_b) over orthonormal keys, one row per scale c.
-
-    scales: [S] the c values; weight_a, weight_b: [S] α_a and α_b; weight_others: [S] the total
-    weight on the remaining m − 2 keys; error: [S] ‖a − (v_a + v_b)/2‖.
-    """
-
-    num_keys: int
-    dim: int
-    pair: tuple[int, int]
-    scales: np.ndarray
-    weight_a: np.ndarray
-    weight_b: np.ndarray
-    weight_others: np.ndarray
-    error: np.ndarray
-
-    @property
-    def logit_scales(self) -> np.ndarray:
-        """c/√d: the logit of k_a and of k_b (every other key has logit 0)."""
-        return self.scales / math.sqrt(self.dim)
-
-    def conclusion(self) -> str:
-        return average_conclusion(self)
-
-    def report(self) -> str:
-        return average_report(self)
-
-
 def average_demo(
     num_keys: int = 8,
     dim: int = 64,
@@ -225,101 +158,6 @@ def average_demo(
 
 # ----------------------------------------------------------------------------------------------
 # Noisy keys: how far one head's average swings, and what two heads fix
-
-
-@dataclass(frozen=True)
-class NoiseStatistics:
-    """How far the output swings over resamplings of λ, one entry per β.
-
-    weight_a: [B, N] α_a of every resampling (for the two-head output, the mean of the two heads'
-    weights on a); mean_weight_a, std_weight_a: [B]; mean_distance: [B] mean ‖a − (v_a + v_b)/2‖;
-    fraction_near_endpoint: [B] share of resamplings whose output is nearer v_a or v_b than the
-    midpoint (v_a + v_b)/2.
-    """
-
-    weight_a: np.ndarray
-    mean_weight_a: np.ndarray
-    std_weight_a: np.ndarray
-    mean_distance: np.ndarray
-    fraction_near_endpoint: np.ndarray
-
-
-@dataclass(frozen=True)
-class DerivationCheck:
-    """The noisy-keys derivation checked on a few resamplings at one β (arrays of shape [n]).
-
-    The measured dot products and weight ratios must equal the formulas
-    q·k_a = c·λ_a, q·k_b = c·λ_b and α_a/α_b = exp(c·(λ_a − λ_b)/√d).
-    """
-
-    beta: float
-    lambda_a: np.ndarray
-    lambda_b: np.ndarray
-    dot_a: np.ndarray
-    dot_b: np.ndarray
-    ratio_measured: np.ndarray
-    ratio_formula: np.ndarray
-
-
-@dataclass(frozen=True)
-class NoisyResult:
-    """Single-head attention with q = c·(μ_a + μ_b) over keys λ_i·μ_i, λ_i ~ N(1, β²)."""
-
-    num_keys: int
-    dim: int
-    pair: tuple[int, int]
-    scale: float
-    samples: int
-    betas: np.ndarray
-    half_gap: float  # ‖v_a − v_b‖/2: the distance from the midpoint to either endpoint
-    single: NoiseStatistics
-    derivation: DerivationCheck
-
-    @property
-    def logit_scale(self) -> float:
-        return self.scale / math.sqrt(self.dim)
-
-    @property
-    def log_ratio_std(self) -> np.ndarray:
-        """[B] predicted std of log(α_a/α_b) = c·(λ_a − λ_b)/√d, i.e. c·√2·β/√d."""
-        return self.logit_scale * math.sqrt(2.0) * self.betas
-
-    def conclusion(self) -> str:
-        return noisy_conclusion(self)
-
-    def derivation_report(self) -> str:
-        return noisy_derivation_report(self)
-
-    def report(self) -> str:
-        return noisy_report(self)
-
-
-@dataclass(frozen=True)
-class MultiheadResult:
-    """The noisy keys of the noisy demo seen by one head and by two heads (same resamplings of λ).
-
-    single: q = c·(μ_a + μ_b); two_heads: q₁ = c·μ_a, q₂ = c·μ_b, a = (a₁ + a₂)/2.
-    """
-
-    num_keys: int
-    dim: int
-    pair: tuple[int, int]
-    scale: float
-    samples: int
-    betas: np.ndarray
-    half_gap: float
-    single: NoiseStatistics
-    two_heads: NoiseStatistics
-
-    @property
-    def logit_scale(self) -> float:
-        return self.scale / math.sqrt(self.dim)
-
-    def conclusion(self) -> str:
-        return multihead_conclusion(self)
-
-    def report(self) -> str:
-        return multihead_report(self)
 
 
 def _noise_statistics(

@@ -11,8 +11,14 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnmt.explore.demos import AverageResult, CopyResult, MultiheadResult, NoiseStatistics, NoisyResult
-from attnmt.explore.report import CLOSE_ENOUGH
+from attnmt.explore.results import (
+    CLOSE_ENOUGH,
+    AverageResult,
+    CopyResult,
+    MultiheadResult,
+    NoiseStatistics,
+    NoisyResult,
+)
 from attnmt.runtime.atomic_files import atomic_writer
 
 __all__ = ["plot_average", "plot_copy", "plot_multihead", "plot_noisy"]

@@ -1,19 +1,19 @@
-"""The text of the demonstrations (``attnmt explore``): per demonstration its question, an aligned
-table of the numbers, and a conclusion computed from them (``attnmt.explore.demos`` computes them).
+"""The results of the demonstrations (``attnmt explore``): per demonstration a frozen dataclass of
+its numbers, and its text, the question, an aligned table of the numbers and a conclusion computed
+from them (``attnmt.explore.demos`` computes the numbers, ``attnmt.explore.figures`` draws them).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from attnmt.runtime.tables import format_table
 
-if TYPE_CHECKING:  # the results' types only: demos imports this module
-    from attnmt.explore.demos import AverageResult, CopyResult, MultiheadResult, NoisyResult
-
-__all__ = ["CLOSE_ENOUGH", "average_report", "copy_report", "multihead_report", "noisy_report"]
+__all__ = ["CLOSE_ENOUGH", "AverageResult", "CopyResult", "DerivationCheck", "MultiheadResult",
+           "NoiseStatistics", "NoisyResult", "average_report", "copy_report", "multihead_report", "noisy_report"]
 
 # "The output equals the target" below this distance (used by the conclusions and the figures).
 CLOSE_ENOUGH = 1e-3
@@ -295,3 +295,165 @@ def multihead_report(result: MultiheadResult) -> str:
         rows,
     )
     return f"{heading}\n{table}\n=> {multihead_conclusion(result)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The results
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """Attention with q = c·k_j over random unit keys, one row per scale c.
+
+    scales: [S] the c values; weight_on_target: [S] α_j; error: [S] ‖a − v_j‖;
+    weights: [S, m] the whole attention distribution; max_other_cosine: max_{i≠j} cos(k_i, k_j).
+    """
+
+    num_keys: int
+    dim: int
+    target: int
+    scales: np.ndarray
+    weight_on_target: np.ndarray
+    error: np.ndarray
+    weights: np.ndarray
+    max_other_cosine: float
+
+    @property
+    def logit_scales(self) -> np.ndarray:
+        """c/√d: the logit of the target key (the keys have unit length)."""
+        return self.scales / math.sqrt(self.dim)
+
+    @property
+    def logit_gap(self) -> np.ndarray:
+        """[S] how far the target's logit leads the best other key: c·(1 − max cos)/√d."""
+        return self.logit_scales * (1.0 - self.max_other_cosine)
+
+    def conclusion(self) -> str:
+        return copy_conclusion(self)
+
+    def report(self) -> str:
+        return copy_report(self)
+
+
+@dataclass(frozen=True)
+class AverageResult:
+    """Attention with q = c·(k_a + k_b) over orthonormal keys, one row per scale c.
+
+    scales: [S] the c values; weight_a, weight_b: [S] α_a and α_b; weight_others: [S] the total
+    weight on the remaining m − 2 keys; error: [S] ‖a − (v_a + v_b)/2‖.
+    """
+
+    num_keys: int
+    dim: int
+    pair: tuple[int, int]
+    scales: np.ndarray
+    weight_a: np.ndarray
+    weight_b: np.ndarray
+    weight_others: np.ndarray
+    error: np.ndarray
+
+    @property
+    def logit_scales(self) -> np.ndarray:
+        """c/√d: the logit of k_a and of k_b (every other key has logit 0)."""
+        return self.scales / math.sqrt(self.dim)
+
+    def conclusion(self) -> str:
+        return average_conclusion(self)
+
+    def report(self) -> str:
+        return average_report(self)
+
+
+@dataclass(frozen=True)
+class NoiseStatistics:
+    """How far the output swings over resamplings of λ, one entry per β.
+
+    weight_a: [B, N] α_a of every resampling (for the two-head output, the mean of the two heads'
+    weights on a); mean_weight_a, std_weight_a: [B]; mean_distance: [B] mean ‖a − (v_a + v_b)/2‖;
+    fraction_near_endpoint: [B] share of resamplings whose output is nearer v_a or v_b than the
+    midpoint (v_a + v_b)/2.
+    """
+
+    weight_a: np.ndarray
+    mean_weight_a: np.ndarray
+    std_weight_a: np.ndarray
+    mean_distance: np.ndarray
+    fraction_near_endpoint: np.ndarray
+
+
+@dataclass(frozen=True)
+class DerivationCheck:
+    """The noisy-keys derivation checked on a few resamplings at one β (arrays of shape [n]).
+
+    The measured dot products and weight ratios must equal the formulas
+    q·k_a = c·λ_a, q·k_b = c·λ_b and α_a/α_b = exp(c·(λ_a − λ_b)/√d).
+    """
+
+    beta: float
+    lambda_a: np.ndarray
+    lambda_b: np.ndarray
+    dot_a: np.ndarray
+    dot_b: np.ndarray
+    ratio_measured: np.ndarray
+    ratio_formula: np.ndarray
+
+
+@dataclass(frozen=True)
+class NoisyResult:
+    """Single-head attention with q = c·(μ_a + μ_b) over keys λ_i·μ_i, λ_i ~ N(1, β²)."""
+
+    num_keys: int
+    dim: int
+    pair: tuple[int, int]
+    scale: float
+    samples: int
+    betas: np.ndarray
+    half_gap: float  # ‖v_a − v_b‖/2: the distance from the midpoint to either endpoint
+    single: NoiseStatistics
+    derivation: DerivationCheck
+
+    @property
+    def logit_scale(self) -> float:
+        return self.scale / math.sqrt(self.dim)
+
+    @property
+    def log_ratio_std(self) -> np.ndarray:
+        """[B] predicted std of log(α_a/α_b) = c·(λ_a − λ_b)/√d, i.e. c·√2·β/√d."""
+        return self.logit_scale * math.sqrt(2.0) * self.betas
+
+    def conclusion(self) -> str:
+        return noisy_conclusion(self)
+
+    def derivation_report(self) -> str:
+        return noisy_derivation_report(self)
+
+    def report(self) -> str:
+        return noisy_report(self)
+
+
+@dataclass(frozen=True)
+class MultiheadResult:
+    """The noisy keys of the noisy demo seen by one head and by two heads (same resamplings of λ).
+
+    single: q = c·(μ_a + μ_b); two_heads: q₁ = c·μ_a, q₂ = c·μ_b, a = (a₁ + a₂)/2.
+    """
+
+    num_keys: int
+    dim: int
+    pair: tuple[int, int]
+    scale: float
+    samples: int
+    betas: np.ndarray
+    half_gap: float
+    single: NoiseStatistics
+    two_heads: NoiseStatistics
+
+    @property
+    def logit_scale(self) -> float:
+        return self.scale / math.sqrt(self.dim)
+
+    def conclusion(self) -> str:
+        return multihead_conclusion(self)
+
+    def report(self) -> str:
+        return multihead_report(self)
