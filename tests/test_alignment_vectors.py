@@ -176,12 +176,3 @@ def test_npz_vectors_are_read_without_pickle(tmp_path):
     with pytest.raises(DataError):
         load_pickle_npz_vectors(pkl, npz)
     assert not (tmp_path / "ran").exists()
-
-
-def test_the_old_name_of_the_pickle_npz_loader_still_works_and_warns(tmp_path):
-    from attnmt.alignment import load_seed_vectors
-
-    pkl, npz = make_pickle_npz_files(tmp_path, {"b": 1, "a": 0}, np.arange(6.0).reshape(2, 3))
-    with pytest.warns(DeprecationWarning, match="load_pickle_npz_vectors"):
-        vectors = load_seed_vectors(pkl, npz)
-    assert vectors.words == load_pickle_npz_vectors(pkl, npz).words

@@ -1,11 +1,10 @@
-"""The public API of 0.2.0: what ``import attnmt`` gives, and the names of 0.1.0 that keep working
-for one version, each with a warning (module paths, parameters, config keys, a scoring name).
+"""The public API: what ``import attnmt`` gives; the names of 0.1.0 are gone in 0.3.0 (module paths,
+parameters, a scoring name), while config files that use 0.1.0's keys still load, with a warning.
 Library errors name parameters; the command line writes them as its options."""
 
 from __future__ import annotations
 
 import importlib
-import math
 import sys
 import warnings
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 import attnmt
+import attnmt.alignment
 from attnmt.alignment.vector_weights import VectorScoring
 from attnmt.cli import build_parser, in_command_words, main
 from attnmt.data.pieces import merge_spans, merge_subwords
@@ -43,62 +43,46 @@ def test_an_unknown_name_is_an_attribute_error_that_names_it():
         _ = attnmt.Translater
 
 
-# ---------------------------------------------------------------------------- old module paths
+# ---------------------------------------------------------------------------- names removed in 0.3.0
 
 
-@pytest.mark.parametrize("old, new, name", [
-    ("attnmt.translator", "attnmt.decoding.translator", "Translator"),
-    ("attnmt.config", "attnmt.runs.run_config", "load_config"),
-    ("attnmt.notebook", "attnmt.visual.notebook", "show"),
-    ("attnmt.viewing", "attnmt.visual.examples", "view_examples"),
-])
-def test_an_old_module_path_gives_the_new_names_and_warns(old, new, name):
-    sys.modules.pop(old, None)  # a module warns when it is first imported
-    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
-    assert set(module.__all__) == set(importlib.import_module(new).__all__)
+@pytest.mark.parametrize("old", ["attnmt.translator", "attnmt.config", "attnmt.notebook", "attnmt.viewing"])
+def test_the_module_paths_of_0_1_are_gone(old):
+    sys.modules.pop(old, None)
+    with pytest.raises(ModuleNotFoundError, match=old):
+        importlib.import_module(old)
 
 
-# ---------------------------------------------------------------------------- old parameter names
-
-
-def test_beam_search_takes_beam_size_with_a_warning():
+def test_the_parameter_names_of_0_1_are_gone(tmp_path):
     import torch
 
     src, mask = torch.tensor([[4, 3]]), torch.tensor([[True, True]])
-    expected = beam_search(BigramToy(), src, mask, beam=2, alpha=0.0, max_len_a=0, max_len_b=3)[0][0]
-    with pytest.warns(DeprecationWarning, match=r"beam_search\(beam_size=...\) is beam_search\(beam=...\)"):
-        found = beam_search(BigramToy(), src, mask, beam_size=2, alpha=0.0, max_len_a=0, max_len_b=3)[0][0]
-    assert (found.tokens, found.score) == (expected.tokens, expected.score)
-    assert found.score == pytest.approx(math.log(0.4 * 0.9))
-    with pytest.raises(TypeError, match="got both beam_size and beam"):
-        beam_search(BigramToy(), src, mask, beam=2, beam_size=2)
-
-
-def test_the_output_side_is_out_and_tgt_still_works_with_a_warning(tmp_path):
+    with pytest.raises(TypeError, match="beam_size"):
+        beam_search(BigramToy(), src, mask, beam_size=2)
     weights = np.random.default_rng(0).dirichlet(np.ones(3), size=3)
-    pieces, out = ["▁a", "b", "▁c"], ["▁x", "▁y", "z"]
-    with pytest.warns(DeprecationWarning, match="tgt_pieces"):
-        old = merge_subwords(weights, pieces, tgt_pieces=out)
-    new = merge_subwords(weights, pieces, out_pieces=out)
-    np.testing.assert_array_equal(old[0], new[0])
-    assert old[1:] == new[1:]
-    with pytest.warns(DeprecationWarning, match="tgt_spans"):
-        np.testing.assert_array_equal(merge_spans(weights, [(0, 2), (2, 3)], tgt_spans=[(0, 1), (1, 3)]), new[0])
-    with pytest.warns(DeprecationWarning, match=r"plot_attention\(tgt_tokens=...\)"):
-        path = plot_attention(weights, ["a", "b", "c"], tgt_tokens=["x", "y", "z"], path=tmp_path / "old.png")
-    assert path.read_bytes()[:4] == b"\x89PNG"
-
-
-def test_translator_takes_search_with_a_warning(tmp_path):
+    with pytest.raises(TypeError, match="tgt_pieces"):
+        merge_subwords(weights, ["▁a", "b", "▁c"], tgt_pieces=["▁x", "▁y", "z"])
+    with pytest.raises(TypeError, match="tgt_spans"):
+        merge_spans(weights, [(0, 2), (2, 3)], tgt_spans=[(0, 1), (1, 3)])
+    with pytest.raises(TypeError, match="tgt_tokens"):
+        plot_attention(weights, ["a", "b", "c"], tgt_tokens=["x", "y", "z"], path=tmp_path / "old.png")
     model = build_model(tiny_run_config(tmp_path)["model"], 40, 40)
-    tokenizers = object()  # only stored
-    with pytest.warns(DeprecationWarning, match=r"search=...\) is .*search_config=...\)"):
-        translator = attnmt.Translator(model, tokenizers, search=SearchConfig(beam=3))
-    assert translator.search_config.beam == 3
-    with pytest.warns(DeprecationWarning, match="Translator.search is deprecated"):
-        assert translator.search is translator.search_config
+    with pytest.raises(TypeError, match="search"):
+        attnmt.Translator(model, object(), search=SearchConfig(beam=3))
+    translator = attnmt.Translator(model, object(), search_config=SearchConfig(beam=3))
+    for old in ("search", "layer_head_attention"):
+        assert not hasattr(translator, old)
+    assert not hasattr(VectorScoring, "seed") and not hasattr(attnmt.alignment, "load_seed_vectors")
+    with pytest.raises(ValueError, match="seed"):
+        VectorScoring.named("seed")
+
+
+def test_the_scoring_seed_of_0_1_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["align-words", "--src-vectors", "en.vec", "--tgt-vectors", "fr.vec", "--src", "a", "--tgt", "b",
+              "--scoring", "seed"])
+    assert stopped.value.code == 2
+    assert "invalid choice: 'seed'" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- old config keys
@@ -126,26 +110,6 @@ def test_a_transformer_section_with_heads_reads_as_num_heads(tmp_path):
     with pytest.warns(FutureWarning, match="heads.*num_heads"):
         loaded = load_config(save_yaml(tmp_path, config))
     assert loaded.model.num_heads == 4
-
-
-# ---------------------------------------------------------------------------- the vector scoring's old name
-
-
-def test_the_scaled_dot_scoring_answers_to_seed_with_a_warning(tmp_path, capsys):
-    with pytest.warns(DeprecationWarning, match="'seed' is called 'scaled_dot'"):
-        assert VectorScoring.named("seed") == VectorScoring.scaled_dot()
-    with pytest.warns(DeprecationWarning, match="VectorScoring.seed is deprecated"):
-        assert VectorScoring.seed() == VectorScoring.scaled_dot()
-    vectors = {"en": ["the 1 0", "cat 0 1"], "fr": ["le 1 0.1", "chat 0.1 1"]}
-    for language, lines in vectors.items():
-        (tmp_path / f"{language}.vec").write_text("2 2\n" + "\n".join(lines) + "\n", encoding="utf-8")
-    outputs = {}
-    for name in ("scaled_dot", "seed"):
-        assert main(["align-words", "--src-vectors", str(tmp_path / "en.vec"), "--tgt-vectors",
-                     str(tmp_path / "fr.vec"), "--src", "the cat", "--tgt", "le chat", "--scoring", name]) == 0
-        outputs[name] = capsys.readouterr()
-    assert outputs["seed"].out == outputs["scaled_dot"].out
-    assert "warning: --scoring seed is called --scoring scaled_dot" in outputs["seed"].err
 
 
 # ---------------------------------------------------------------------------- errors in the command's words

@@ -39,10 +39,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("workflows", ("attnmt.workflows",)),
     ("course", ("attnmt.course",)),
     ("interface", ("attnmt.cli", "attnmt.commands", "attnmt.__main__")),
-    ("api", ("attnmt", "attnmt.translator", "attnmt.config", "attnmt.notebook", "attnmt.viewing")),
+    ("api", ("attnmt",)),
 ]
-# "api": the package itself (the public names) and the module paths of 0.1.0 kept for one version,
-# each a deprecated alias of its new home.
+# "api": the package itself (the public names).
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 #: the lowest layer that may draw with matplotlib
 DRAWING_FROM = "visual"
@@ -55,10 +54,6 @@ TOP_LEVEL = {
     "attnmt.workflows": "training and comparing with the pictures wired in (attnmt.train, attnmt compare)",
     "attnmt.cli": "the command line",
     "attnmt.__main__": "python -m attnmt",
-    "attnmt.translator": "deprecated path (0.1.0)",
-    "attnmt.config": "deprecated path (0.1.0)",
-    "attnmt.notebook": "deprecated path (0.1.0)",
-    "attnmt.viewing": "deprecated path (0.1.0)",
 }
 
 

@@ -12,9 +12,8 @@ import attnmt
 
 #: modules without a public API of their own: the commands (their help is their documentation),
 #: ``python -m attnmt``, the Keras layers, which need the optional extra (tests/test_keras.py reads
-#: them), and the deprecated module paths of 0.1.0, whose names are documented at their new homes
-SKIPPED = ("attnmt.commands", "attnmt.__main__", "attnmt.keras",
-           "attnmt.translator", "attnmt.config", "attnmt.notebook", "attnmt.viewing")
+#: them)
+SKIPPED = ("attnmt.commands", "attnmt.__main__", "attnmt.keras")
 
 
 def public_objects():

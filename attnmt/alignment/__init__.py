@@ -59,7 +59,6 @@ _SUBMODULE_OF = {
     "write_pharaoh": "attnmt.data.link_files",
     "WordVectors": "vectors",
     "load_pickle_npz_vectors": "vectors",
-    "load_seed_vectors": "vectors",
     "load_vec": "vectors",
     "load_vector_dir": "vectors",
     "load_word_vectors": "vectors",

@@ -36,7 +36,6 @@ trial pairs of the HLT-NAACL 2003 English–French gold (never on its test set) 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +44,7 @@ import numpy as np
 from attnmt.alignment.vectors import WordVectors
 from attnmt.attention.reference import scaled_dot_product_attention
 from attnmt.errors import DataError
-from attnmt.runtime.choices import OLD_SCORINGS, SCORINGS
+from attnmt.runtime.choices import SCORINGS
 
 __all__ = [
     "DEFAULT_DISTORTION",
@@ -92,20 +91,8 @@ class VectorScoring:
         return cls(normalize="none", temperature=None, distortion=0.0)
 
     @classmethod
-    def seed(cls) -> VectorScoring:
-        """Deprecated name of ``scaled_dot`` (removed in 0.3)."""
-        warnings.warn("VectorScoring.seed is deprecated; use VectorScoring.scaled_dot", DeprecationWarning,
-                      stacklevel=2)
-        return cls.scaled_dot()
-
-    @classmethod
     def named(cls, name: str, temperature: float | None = None, distortion: float | None = None) -> VectorScoring:
-        """``"cosine"`` (defaults tuned on the trial set) or ``"scaled_dot"``, with optional overrides
-        (``"seed"``, its name before 0.2.0, is read as ``"scaled_dot"`` until 0.3)."""
-        if name in OLD_SCORINGS:
-            warnings.warn(f"scoring {name!r} is called {OLD_SCORINGS[name]!r} since attnmt 0.2.0; the old name "
-                          "is read until 0.3", DeprecationWarning, stacklevel=2)
-            name = OLD_SCORINGS[name]
+        """``"cosine"`` (defaults tuned on the trial set) or ``"scaled_dot"``, with optional overrides."""
         if name == "scaled_dot":
             base = cls.scaled_dot()
         elif name == "cosine":

@@ -36,7 +36,6 @@ from attnmt.runtime.reading import DataTooLarge, open_regular
 __all__ = [
     "WordVectors",
     "load_pickle_npz_vectors",
-    "load_seed_vectors",
     "load_vec",
     "load_vector_dir",
     "load_word_vectors",
@@ -340,13 +339,6 @@ def load_pickle_npz_vectors(word2int_path: str | Path, embeddings_path: str | Pa
     words = [word for word, _ in items]
     check_finite(embeddings[rows], words, embeddings_path)
     return WordVectors(words, embeddings[rows])
-
-
-def load_seed_vectors(word2int_path: str | Path, embeddings_path: str | Path) -> WordVectors:
-    """Deprecated (removed in 0.3): ``load_pickle_npz_vectors``, named for the format it reads."""
-    warnings.warn("load_seed_vectors is called load_pickle_npz_vectors since attnmt 0.2; the old name goes in 0.3",
-                  DeprecationWarning, stacklevel=2)
-    return load_pickle_npz_vectors(word2int_path, embeddings_path)
 
 
 def load_word_vectors(paths: str | Path | Sequence[str | Path]) -> WordVectors:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.runtime.choices import LINK_METHODS, OLD_SCORINGS, SCORINGS
+from attnmt.runtime.choices import LINK_METHODS, SCORINGS
 
 
 def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of vector attention, shared with ``attnmt align``."""
-    parser.add_argument("--scoring", choices=(*SCORINGS, *OLD_SCORINGS), default="cosine", metavar="SCORING",
+    parser.add_argument("--scoring", choices=SCORINGS, default="cosine", metavar="SCORING",
                         help="cosine: unit vectors, temperature and distortion prior (default); "
-                        "scaled_dot: raw dot products / sqrt(d), no prior (called seed before 0.2.0)")
+                        "scaled_dot: raw dot products / sqrt(d), no prior")
     parser.add_argument("--temperature", type=float, default=None,
                         help="divide scores by this (default: the tuned value for cosine, sqrt(d) for scaled_dot)")
     parser.add_argument("--distortion", type=float, default=None,
@@ -31,16 +31,11 @@ def add_scoring_arguments(parser: argparse.ArgumentParser) -> None:
 
 def scoring_from_arguments(args: argparse.Namespace):
     """The VectorScoring the options ask for (ConfigError for out-of-range values)."""
-    import warnings
-
     from attnmt.alignment.vector_weights import VectorScoring
     from attnmt.errors import ConfigError
 
-    if args.scoring in OLD_SCORINGS:
-        warnings.warn(f"--scoring {args.scoring} is called --scoring {OLD_SCORINGS[args.scoring]} since attnmt 0.2.0; "
-                      "the old name is read until 0.3", FutureWarning, stacklevel=2)
     try:
-        return VectorScoring.named(OLD_SCORINGS.get(args.scoring, args.scoring), args.temperature, args.distortion)
+        return VectorScoring.named(args.scoring, args.temperature, args.distortion)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from attnmt.data.special_tokens import UNK_ID
-from attnmt.runtime.renames import renamed_parameters
 
 __all__ = [
     "SPIECE_MARKER",
@@ -140,7 +139,6 @@ def _join_pieces(pieces: Sequence[str], marker: str) -> str:
     return word if word else marker
 
 
-@renamed_parameters(tgt_pieces="out_pieces")
 def merge_subwords(
     weights: Any,
     src_pieces: Sequence[str],
@@ -210,7 +208,6 @@ def _span_starts(spans: Sequence[Span], length: int, name: str) -> np.ndarray:
     return np.asarray([start for start, _ in spans], dtype=np.int64)
 
 
-@renamed_parameters(tgt_spans="out_spans")
 def merge_spans(weights: Any, src_spans: Sequence[Span], out_spans: Sequence[Span],
                 output_words: str = "mean") -> np.ndarray:
     """Piece weights ``[n, m]`` as word weights ``[T, S]`` (float64), the words given by their spans:

@@ -188,17 +188,3 @@ class BaseTranslator(ABC):
     def _deprecated(self, old: str, new: str) -> None:
         name = type(self).__name__
         warnings.warn(f"{name}.{old} is deprecated; use {name}.{new}", DeprecationWarning, stacklevel=3)
-
-    @property
-    def search(self) -> SearchConfig:
-        """Deprecated name of ``search_config`` (removed in 0.3)."""
-        name = type(self).__name__
-        warnings.warn(f"{name}.search is deprecated; use {name}.search_config", DeprecationWarning, stacklevel=2)
-        return self.search_config
-
-    def layer_head_attention(self, translation: Translation) -> np.ndarray:
-        """Deprecated (removed in 0.3): ``read_attention([translation])[0]``."""
-        name = type(self).__name__
-        warnings.warn(f"{name}.layer_head_attention is deprecated; use {name}.read_attention",
-                      DeprecationWarning, stacklevel=2)
-        return self.read_attention([translation])[0]

@@ -37,7 +37,6 @@ from attnmt.models.readout import DEFAULT_MAX_TOKENS, ForcedReading, SpecialIds,
 from attnmt.runs.run_config import SearchConfig
 from attnmt.runtime.checks import is_int
 from attnmt.runtime.device import check_device_name, describe, resolve_device
-from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["HFReadout", "HFTranslator"]
 
@@ -84,7 +83,6 @@ class HFReadout(torch.nn.Module):
 class HFTranslator(BaseTranslator):
     """A Hugging Face encoder–decoder model with attnmt's translator interface (module docstring)."""
 
-    @renamed_parameters(search="search_config")
     def __init__(self, model: Any, tokenizer: Any, name: str, search_config: SearchConfig | None = None) -> None:
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
         self.search_config = search_config or SearchConfig()

@@ -58,7 +58,6 @@ import torch.nn.functional as F
 
 from attnmt.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from attnmt.runs.run_config import SearchConfig
-from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
@@ -225,7 +224,6 @@ def greedy_search(
 # ================================================================================================
 
 
-@renamed_parameters(beam_size="beam")
 def beam_search(  # noqa: PLR0913 (the search settings of SearchConfig, each a keyword)
     model: Any,
     src: torch.Tensor,

@@ -53,7 +53,6 @@ from attnmt.runtime.device import (
     resolve_device,
 )
 from attnmt.runtime.precision import autocast, check_precision
-from attnmt.runtime.renames import renamed_parameters
 from attnmt.runtime.threads import ThreadChooser, following, thread_plan
 
 __all__ = ["Translation", "Translations", "Translator", "source_texts"]
@@ -67,7 +66,6 @@ class Translator(BaseTranslator):
     the CPU thread count batch by batch (``attnmt.runtime.threads``; ``Translator.load`` sets it
     unless the count is fixed), and ``thread_reason`` says why the count is what it is."""
 
-    @renamed_parameters(search="search_config")
     def __init__(
         self,
         model: Any,

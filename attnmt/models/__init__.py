@@ -51,7 +51,7 @@ MODEL_TYPES: dict[str, tuple[Any, type]] = {
     "rnn": (RNNConfig, RNNSeq2Seq),
     "transformer": (TransformerConfig, Transformer),
 }
-#: model type -> its options named otherwise before 0.2.0 (old name -> name now; read until 0.3)
+#: model type -> its options named otherwise before 0.2.0 (old name -> name now; saved runs use them)
 RENAMED_MODEL_KEYS: dict[str, dict[str, str]] = {"rnn": rnn.RENAMED_KEYS, "transformer": transformer.RENAMED_KEYS}
 
 

@@ -481,8 +481,8 @@ def _warn_of_old_names(values: Any, path: Path) -> None:
         return
     for old, new in RENAMED_MODEL_KEYS.get(model_type, {}).items():
         if old in model:
-            warnings.warn(f"{path}: model.{old} is called model.{new} since attnmt 0.2.0; the old name is read "
-                          f"until 0.3", FutureWarning, stacklevel=3)
+            warnings.warn(f"{path}: model.{old} is called model.{new} since attnmt 0.2.0; it is read as "
+                          f"model.{new}", FutureWarning, stacklevel=3)
 
 
 #: training options added after runs were saved without them: the value such a run trained with,

@@ -15,8 +15,6 @@ SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final", "grow-d
 
 #: vector-attention scorings (see attnmt.alignment.vector_weights)
 SCORINGS = ("cosine", "scaled_dot")
-#: an older name of a scoring -> its name now (accepted until 0.3)
-OLD_SCORINGS = {"seed": "scaled_dot"}
 
 #: gold alignment file formats (see attnmt.alignment.aer)
 GOLD_FORMATS = ("naacl", "pharaoh")

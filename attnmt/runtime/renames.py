@@ -1,25 +1,16 @@
-"""Names of an older version that keep working for one more version, with a warning.
-
-- ``renamed_keys``: a config's or checkpoint's keys under their names now (``tie_embeddings`` is
-  ``tie_output``): run folders written before a rename keep loading.
-- ``renamed_parameters``: a function called with a parameter's old name (``beam_size=5``) runs as
-  if called with the new one (``beam=5``) and warns once per call site.
+"""Keys of an older version's files under their names now: ``renamed_keys`` reads a config's or a
+checkpoint's keys (``tie_embeddings`` is ``tie_output`` since 0.2.0), so run folders written before
+a rename keep loading.
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable, Mapping
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from attnmt.errors import ConfigError
 
-__all__ = ["renamed_keys", "renamed_parameters"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
+__all__ = ["renamed_keys"]
 
 def renamed_keys(values: Mapping[str, Any], renames: Mapping[str, str], section: str) -> dict[str, Any]:
     """``values`` with the keys of older versions (``renames``: old name -> name now) under their
@@ -33,25 +24,3 @@ def renamed_keys(values: Mapping[str, Any], renames: Mapping[str, str], section:
             values[new] = values.pop(old)
     return values
 
-
-def renamed_parameters(**renames: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorator: keyword arguments given by their names before 0.2.0 (``old="new"``) are passed
-    under their new names with a DeprecationWarning (the old names go in 0.3). TypeError when a call
-    gives both names."""
-
-    def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(function)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{function.__qualname__}() got both {old} and {new} "
-                                        f"({old} is {new}'s name before 0.2.0)")
-                    warnings.warn(f"{function.__qualname__}({old}=...) is {function.__qualname__}({new}=...) "
-                                  "since attnmt 0.2.0; the old name goes in 0.3", DeprecationWarning, stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return function(*args, **kwargs)
-
-        return wrapper
-
-    return decorate

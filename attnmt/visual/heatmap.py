@@ -31,7 +31,6 @@ from matplotlib.text import Text
 from attnmt.data.pieces import as_matrix, as_tokens, check_matrix_shape, merge_subwords
 from attnmt.runtime.atomic_files import atomic_writer, check_target
 from attnmt.runtime.choices import PLOT_FORMATS
-from attnmt.runtime.renames import renamed_parameters
 
 __all__ = ["PLOT_FORMATS", "draw_validation_examples", "plot_attention", "plot_metadata"]
 
@@ -125,7 +124,6 @@ class _Layout:
                 self.BAR_WIDTH / figure_width, bar_height / figure_height)
 
 
-@renamed_parameters(tgt_tokens="out_tokens")
 def plot_attention(  # noqa: PLR0913 (a figure's options, each a keyword)
     weights: Any,
     src_tokens: list[str] | tuple[str, ...],
