@@ -201,11 +201,14 @@ def test_result_files_hold_no_absolute_paths_of_this_machine():
 
 
 def test_the_changelog_has_the_usual_form_and_no_figures():
-    """A section per version, its entries under Added / Changed / Deprecated / Removed / Fixed /
-    Security, and no measured figure: those live on the results pages."""
+    """An Unreleased section first, then a section per version (its date optional), its entries
+    under Added / Changed / Deprecated / Removed / Fixed / Security, and no measured figure: those
+    live on the results pages."""
     text = (PROJECT / "CHANGELOG.md").read_text(encoding="utf-8")
     versions = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert versions[0] == "Unreleased" and all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in versions[1:])
+    assert versions[0] == "Unreleased", versions[0]
+    released = [v for v in versions[1:] if not re.fullmatch(r"\d+\.\d+\.\d+( \(\d{4}-\d{2}-\d{2}\))?", v)]
+    assert released == [], released
     kinds = set(re.findall(r"^### (.+)$", text, flags=re.MULTILINE))
     assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
     prose = re.sub(r"`[^`]*`", "", text)
