@@ -611,3 +611,31 @@ def test_why_this_and_not_the_alternative_contrasts_the_first_piece_that_differs
     with pytest.raises(RequestError) as refused:
         views.saliency({"sentence": SENTENCE, "model": "run", "method": "gradient", "alternative": best["out_pieces"]})
     assert refused.value.status == 400 and "does not differ" in str(refused.value)
+
+
+def explain_json(run: Path, capsys, *options: str) -> dict:
+    """What ``attnmt explain RUN --json ...`` prints for SENTENCE."""
+    capsys.readouterr()
+    assert cli_main(["explain", str(run), "--json", "--threads", "1", *options, SENTENCE]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("method", ["integrated", "smoothgrad"])
+def test_the_page_and_attnmt_explain_give_the_same_figures_for_the_same_settings(views, runs, capsys, method):
+    """serve's explanation of a sentence is the one ``attnmt explain --steps 10 --samples 10`` prints,
+    plain and contrastive (an alternative's first differing piece as the foil, ``--foil WORD --step T``)."""
+    best = views.translate({"sentence": SENTENCE, "models": ["run"]})["models"][0]
+    alternative = list(best["out_pieces"])
+    alternative[0] = next(piece for piece in ("▁a", "▁the", "▁dog") if piece != alternative[0])
+    settings = ["--methods", f"attention,{method}", "--steps", "10", "--samples", "10"]
+    for payload, options in (({}, []), ({"alternative": alternative}, ["--foil", alternative[0][1:], "--step", "1"])):
+        page = views.saliency({"sentence": SENTENCE, "model": "run", "method": method, **payload})
+        printed = explain_json(runs[0], capsys, *settings, *options)
+        assert printed["output"] == best["output"]
+        for name, figures in page["faithfulness"].items():
+            found = printed["random"] if name == "random" else printed["methods"][name]
+            assert figures == {"comprehensiveness": round(found["comprehensiveness_aopc"]["words"], 3),
+                               "sufficiency": round(found["sufficiency_aopc"]["words"], 3)}, (name, options)
+        assert page["agreement"] == round(printed["methods"][method]["rank_correlation"], 3)
+        assert page["top1"] == round(printed["methods"][method]["top1"], 3)
+        assert ("contrast" in page) == bool(options)
