@@ -34,7 +34,7 @@ def padded_batch(generator: torch.Generator, lengths: list[int], dim: int, query
 
 
 def test_the_handout_form_is_recognised_by_its_constructor():
-    from attnmt.attention.user import load_user_class
+    from attnmt.attention.user_code import load_user_class
 
     assert is_handout_form(load_user_class(HOMEWORK))
     assert not is_handout_form(load_user_class(f"{PROJECT / 'examples' / 'my_attention.py'}:MyAttention"))

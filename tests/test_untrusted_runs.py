@@ -17,7 +17,7 @@ import yaml
 
 import attnmt
 from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
-from attnmt.attention.user import UserCodeError
+from attnmt.attention.user_code import UserCodeError
 from attnmt.cli import main as cli_main
 from attnmt.decoding.translator import Translator
 from attnmt.errors import CheckpointError

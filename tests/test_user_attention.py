@@ -19,10 +19,10 @@ import torch
 import attnmt
 from attnmt.alignment.translator_attention import TranslatorAligner
 from attnmt.attention import build_attention, padding_mask
-from attnmt.attention import user as user_module
+from attnmt.attention import user_code as user_module
 from attnmt.attention.conformance import check_mechanism
 from attnmt.attention.trusted_code import TRUST_FILE_VARIABLE
-from attnmt.attention.user import UntrustedCodeError, UserCodeError, register_attention
+from attnmt.attention.user_code import UntrustedCodeError, UserCodeError, register_attention
 from attnmt.decoding.translator import Translator
 from attnmt.evaluation.evaluate import evaluate_run
 from attnmt.visual.examples import view_examples
@@ -413,3 +413,19 @@ def test_a_config_naming_user_code_is_read_without_importing_it(tmp_path):
     with pytest.raises(UserCodeError, match="has no class 'Loud'"):
         build_attention(f"{code}:Loud", 4, 4)
     assert marker.exists()  # naming it to build_attention is asking for it
+
+
+def test_the_old_module_path_still_gives_every_name_and_warns():
+    """``attnmt.attention.user`` was split in three in 0.3.1; importing it warns and gives the same
+    objects as the new modules, until 0.4."""
+    import importlib
+    import sys
+
+    from attnmt.attention import provenance, user_adapter, user_code
+
+    sys.modules.pop("attnmt.attention.user", None)
+    with pytest.warns(DeprecationWarning, match="attnmt.attention.user is deprecated"):
+        old = importlib.import_module("attnmt.attention.user")
+    for module in (user_code, user_adapter, provenance):
+        for name in module.__all__:
+            assert getattr(old, name) is getattr(module, name), name

@@ -4,7 +4,8 @@
 - ``functional``: the torch core, ``scaled_dot_product_attention`` and the masks.
 - ``mechanisms``: single-query mechanisms for recurrent decoders.
 - ``registry``: the one registry of names (``build_attention``), built-in and the user's own.
-- ``user``: mechanisms users write: the contract, ``register_attention``, the trust check of runs.
+- ``user_code``, ``user_adapter``, ``provenance``: mechanisms users write: naming and importing
+  them (``register_attention``), the contract and its adapter, what a run keeps and the trust check.
 - ``multihead``: ``MultiHeadAttention`` (also importable from here).
 
 Masks are boolean with True = may attend; shapes are batch-first. What one head can compute is

@@ -52,14 +52,8 @@ from attnmt.attention.handout import HandoutAttention, is_handout_form
 from attnmt.attention.mechanisms import Attention
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.attention.registry import build_attention, canonical_name, is_builtin
-from attnmt.attention.user import (
-    UserCodeError,
-    UserCodeFault,
-    build_user_score,
-    contract_form,
-    load_user_class,
-    raised,
-)
+from attnmt.attention.user_adapter import UserCodeFault, build_user_score, contract_form
+from attnmt.attention.user_code import UserCodeError, load_user_class, raised
 from attnmt.errors import ConfigError
 from attnmt.runtime.memory import available_ram
 

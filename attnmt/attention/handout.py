@@ -35,14 +35,8 @@ import torch
 from torch import nn
 
 from attnmt.attention.mechanisms import Attention, PreparedKeys
-from attnmt.attention.user import (
-    CONTRACT_KEYWORDS,
-    UserCodeError,
-    UserCodeFault,
-    checked_answer,
-    raised,
-    running_user_code,
-)
+from attnmt.attention.user_adapter import CONTRACT_KEYWORDS, UserCodeFault, checked_answer, running_user_code
+from attnmt.attention.user_code import UserCodeError, raised
 
 __all__ = ["HANDOUT_KEYWORDS", "HandoutAttention", "build_handout_attention", "handout_answer", "is_handout_form"]
 

@@ -1,7 +1,8 @@
 """The one registry of mechanism names, used by the library, the configs and the command line.
 
 Built-in names (``ATTENTION_TYPES``, aliases included) build the mechanisms of
-``attnmt.attention.mechanisms``. Any other name is a user's mechanism (``attnmt.attention.user``):
+``attnmt.attention.mechanisms``. Any other name is a user's mechanism (found and imported by
+``attnmt.attention.user_code``, adapted by ``attnmt.attention.user_adapter``):
 ``path/to/file.py:Class``, ``package.module:Class``, a ``register_attention`` name or an entry
 point of the group ``attnmt.attention``; its class follows attnmt's contract or the course
 handout's form (``attnmt.attention.handout``). Built-in names win: no user name can take one.
@@ -18,13 +19,8 @@ from typing import Any
 
 from attnmt.attention.handout import build_handout_attention, is_handout_form
 from attnmt.attention.mechanisms import BUILTIN_ALIASES, BUILTIN_BUILDERS, BUILTIN_NAMES, Attention
-from attnmt.attention.user import (
-    build_user_attention,
-    is_user_name,
-    load_user_class,
-    register_attention,
-    registered_names,
-)
+from attnmt.attention.user_adapter import build_user_attention
+from attnmt.attention.user_code import is_user_name, load_user_class, register_attention, registered_names
 from attnmt.runtime.checks import check_plain_name
 
 __all__ = ["ATTENTION_TYPES", "build_attention", "canonical_name", "folder_label", "is_builtin",

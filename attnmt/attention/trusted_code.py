@@ -2,7 +2,7 @@
 outside every run folder, so that a run trained here loads again without ``--trust-run-code``,
 while a run from anyone else (or one edited to name other code) does not.
 
-A run keeps its mechanism's source (``attnmt.attention.user.CodeRecord``). When ``attnmt train``
+A run keeps its mechanism's source (``attnmt.attention.provenance.CodeRecord``). When ``attnmt train``
 starts a new run with a mechanism the user named, the SHA-256 of that source is added here; when a
 run is loaded, its kept source runs without asking only if its own SHA-256 (computed from the text,
 never read from the record) is listed. Editing a run cannot add a line to this file, which is the

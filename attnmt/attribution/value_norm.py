@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from attnmt.attention.mechanisms import Attention, NoAttention
-from attnmt.attention.user import UserAttention
+from attnmt.attention.user_adapter import UserAttention
 from attnmt.attribution.forced import Request
 from attnmt.attribution.trace import TransformerTrace, is_transformer, trace_transformer
 from attnmt.models.readout import ForcedBatch

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from attnmt.attention.mechanisms import Attention, PreparedKeys
-from attnmt.attention.user import UserAttention
+from attnmt.attention.user_adapter import UserAttention
 
 __all__ = ["REPLACEMENTS", "StepRecord", "can_intervene", "pinned_attention", "replaced_attention", "watched_step"]
 

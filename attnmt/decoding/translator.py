@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from attnmt.attention.user import bound_classes
+from attnmt.attention.user_code import bound_classes
 from attnmt.attribution.methods import AttributionOptions
 from attnmt.attribution.reader import attribute
 from attnmt.data import Batch, Tokenizers, batches_for_inference

@@ -56,7 +56,7 @@ from torch import nn
 from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
 from attnmt.attention.registry import canonical_name, is_builtin
-from attnmt.attention.user import build_user_score
+from attnmt.attention.user_adapter import build_user_score
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
 from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities

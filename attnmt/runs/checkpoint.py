@@ -38,8 +38,9 @@ from typing import Any
 import torch
 
 from attnmt._version import __version__
+from attnmt.attention.provenance import CodeRecord, resolve_recorded
 from attnmt.attention.registry import is_builtin
-from attnmt.attention.user import CodeRecord, UntrustedCodeError, is_user_name, load_user_class, resolve_recorded
+from attnmt.attention.user_code import UntrustedCodeError, is_user_name, load_user_class
 from attnmt.errors import CheckpointError
 from attnmt.runs.run_config import with_old_defaults
 from attnmt.runtime.atomic_files import atomic_writer
@@ -53,7 +54,7 @@ REQUIRED_KEYS = ("format", "format_version", "attnmt_version", "model_type", "co
 TRAINING_KEYS = ("optimizer", "scheduler", "rng", "progress", "history")
 OPTIONAL_KEYS = (
     "scaler",  # fp16 training's GradScaler state
-    "attention_code",  # a user mechanism's CodeRecord (attnmt.attention.user): spec, file, SHA-256, text
+    "attention_code",  # a user mechanism's CodeRecord (attnmt.attention.provenance): spec, file, SHA-256, text
     "weight_average",  # training.ema_decay: the weights being trained (``model`` holds their average)
     "averaged_steps",  # attnmt average: the steps of the kept checkpoints whose mean ``model`` holds
 )
@@ -295,7 +296,7 @@ def checkpoint_code(checkpoint: dict, path: str | Path, trust_run_code: bool = F
                     named: str | None = None) -> dict[str, type]:
     """Before a checkpoint's model is built: the class of its user mechanism, if any, as
     ``{name: class}`` for ``bound_classes(..., only=True)``. No path or module the checkpoint names is
-    imported: ``attnmt.attention.user.resolve_recorded`` says when its kept code runs (``trust_run_code``,
+    imported: ``attnmt.attention.provenance.resolve_recorded`` says when its kept code runs (``trust_run_code``,
     code trained with on this machine) or the file the user ``named`` now is imported.
 
     Raises UntrustedCodeError (one line, naming the file) when there is no such consent."""

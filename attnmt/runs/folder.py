@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from attnmt.attention.user import CodeRecord
+from attnmt.attention.provenance import CodeRecord
 from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
 from attnmt.runs.run_config import (
     DuplicateKeyError,

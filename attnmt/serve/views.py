@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from attnmt.alignment import TranslatorAligner, alignment_error_rate
-from attnmt.attention.user import UserCodeError
+from attnmt.attention.user_code import UserCodeError
 from attnmt.attribution.methods import ATTENTION, NAMES, check_applies
 from attnmt.data.pieces import group_pieces, merge_subwords
 from attnmt.decoding.interventions import REPLACEMENTS, pinned_attention, replaced_attention, watched_step

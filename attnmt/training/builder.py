@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from attnmt.attention.provenance import CodeRecord, code_record
 from attnmt.attention.trusted_code import remember as remember_code
-from attnmt.attention.user import CodeRecord, bound_classes, code_record, load_user_class
+from attnmt.attention.user_code import bound_classes, load_user_class
 from attnmt.data import (
     Batch,
     ParallelCorpus,

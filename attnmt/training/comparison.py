@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnmt.attention.provenance import code_record
 from attnmt.attention.registry import canonical_name, folder_label, short_name
 from attnmt.attention.trusted_code import remember as remember_code
-from attnmt.attention.user import code_record
 from attnmt.attribution.methods import AttributionOptions
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
