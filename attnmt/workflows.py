@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnmt.training.comparison import Comparison, Figures
+from attnmt.evaluation.summary import Comparison
+from attnmt.training.comparison import Figures
 from attnmt.training.comparison import compare_mechanisms as compare_mechanisms_bare
 from attnmt.training.trainer import TrainResult
 from attnmt.training.trainer import train as train_bare

@@ -39,7 +39,7 @@ def test_a_mechanism_without_any_ranking_shows_a_dash_not_nan(tmp_path):
     from pathlib import Path
 
     from attnmt.attribution.methods import AttributionOptions
-    from attnmt.training.comparison import Comparison, RunOutcome
+    from attnmt.evaluation.summary import Comparison, RunOutcome
 
     comparison = Comparison(out=tmp_path, config="c.yaml", mechanisms=["none"], runs=2, split="test", beam=1,
                             limits={}, set_options=[], saliency=AttributionOptions("gradient"))

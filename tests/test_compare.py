@@ -19,8 +19,10 @@ import attnmt.evaluation.agreement
 import attnmt.training.trainer
 from attnmt.cli import main as cli_main
 from attnmt.errors import ConfigError
+from attnmt.evaluation.summary import Statistics
 from attnmt.runs.checkpoint import load_checkpoint
-from attnmt.training.comparison import Statistics, eval_json_path, run_folder
+from attnmt.runs.folder import eval_json_path
+from attnmt.training.comparison import run_folder
 from attnmt.workflows import compare_mechanisms
 
 from helpers import save_yaml, tiny_run_config, write_corpus

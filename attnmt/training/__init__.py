@@ -16,9 +16,10 @@ and on top of one run, ``comparison.py``: mechanisms compared over seeds (``attn
 each run trained and evaluated, and summarised.
 """
 
+from attnmt.evaluation.summary import Comparison
 from attnmt.training.averaging import WeightAverage
 from attnmt.training.builder import TrainingParts, build_training
-from attnmt.training.comparison import Comparison, compare_mechanisms
+from attnmt.training.comparison import compare_mechanisms
 from attnmt.training.distributed import (
     DistributedContext,
     init_distributed,
