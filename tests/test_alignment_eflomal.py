@@ -13,12 +13,14 @@ import pytest
 from attnmt.alignment import alignment_error_rate, grow_diag_links, src2tgt_links, symmetrize, tgt2src_links
 from attnmt.alignment.eflomal import (
     EFLOMAL_METHODS,
+    EflomalPlan,
     EflomalSettings,
     directional_links,
     eflomal_alignments,
     eflomal_runs,
     majority,
     voted_directions,
+    voted_links,
 )
 from attnmt.cli import main
 from attnmt.errors import ConfigError, DataError
@@ -240,6 +242,30 @@ def test_voted_directions_of_one_run_is_that_run_and_all_votes_intersect():
     forward, _ = voted_directions(runs, 1)
     assert forward == [a | b | c for a, b, c in zip(*(r[0] for r in runs))]
     assert [majority(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+
+
+def test_voted_links_are_the_method_on_the_voted_directions_and_possible_ones_lie_beyond_them():
+    rng = np.random.default_rng(2)
+    shapes = [(3, 4), (2, 2), (5, 3)]
+    runs = [random_run(rng, shapes) for _ in range(3)]
+    sure, possible = voted_links(runs, "intersect", 2, "union", 1)
+    forward, backward = voted_directions(runs, 2)
+    assert sure == [directional_links(f, b, "intersect") for f, b in zip(forward, backward)]
+    forward, backward = voted_directions(runs, 1)
+    assert possible == [directional_links(f, b, "union") - s for f, b, s in zip(forward, backward, sure)]
+    assert voted_links(runs, "tgt2src", 2)[1] == [set(), set(), set()]
+
+
+def test_a_plan_of_eflomal_runs_takes_a_majority_by_default_and_names_votes_that_do_not_fit():
+    plan = EflomalPlan.of(prefixes=[0, 5, 6, 7])
+    assert [one.prefix for one in plan.settings] == [0, 5, 6, 7] and plan.votes == plan.possible_votes == 3
+    assert EflomalPlan.of(samplers=1, iterations=0.5).settings == (EflomalSettings(1, 0.5, 0),)
+    assert EflomalPlan.of(prefixes=[0, 4, 5], votes=3, possible_votes=1, possible=True).possible_votes == 1
+    for options, message in (({"votes": 2}, "--eflomal-votes: only with several --eflomal-prefix values"),
+                             ({"prefixes": [0, 4], "votes": 3}, "--eflomal-votes must be from 1 to 2"),
+                             ({"prefixes": [0, 4], "possible_votes": 1}, "--possible-votes: only with --possible")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            EflomalPlan.of(**options)
 
 
 @pytest.mark.parametrize("runs, votes, message", [

@@ -386,3 +386,11 @@ def test_cli_align_with_saliency_writes_links_and_refuses_layers(run_dir, tmp_pa
                      "gradient"]) == 2
     assert "--attribution: only with --model or --hf" in capsys.readouterr().err
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_a_files_language_is_its_last_suffix_when_the_translator_has_that_language():
+    from attnmt.alignment.translator_attention import file_language
+
+    assert file_language("data/test.en-fr.en", ("en", "fr")) == "en"
+    assert file_language("valid.fr.gz", ("en", "fr")) == "fr"
+    assert file_language("test.de", ("en", "fr")) is None and file_language("README", ("en", "fr")) is None

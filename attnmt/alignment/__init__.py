@@ -9,7 +9,8 @@
   force-decodes the given target, pieces merged to words (any model; a Transformer layer/head).
 - ``combine``: :class:`CombinedAligner`, several weight sources made to agree (weighted
   geometric mean): both translation directions, or a translator and vector attention.
-- ``metrics``: alignment error rate, precision, recall, F1; gold files in either format.
+- ``aer``: alignment error rate, precision, recall, F1, bootstrap intervals; gold files in either format.
+- ``eflomal``: eflomal's links (a statistical peer and teacher), several runs and their vote.
 
 The link files themselves (Pharaoh, NAACL; reading, writing, range checks) are data:
 ``attnmt.data.link_files``, re-exported here.
@@ -34,6 +35,10 @@ _SUBMODULE_OF = {
     "CombinedAligner": "combine",
     "combine_weights": "combine",
     "translator_vector_shares": "combine",
+    "check_same_languages": "combine",
+    "read_word_pairs": "links",
+    "unknown_words": "vectors",
+    "file_language": "translator_attention",
     "align_corpus": "links",
     "extract_links": "links",
     "format_pharaoh": "attnmt.data.link_files",

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DEFAULT_FLOOR", "CombinedAligner", "combine_weights", "translator_vector_shares"]
+from attnmt.errors import ConfigError
+
+__all__ = ["DEFAULT_FLOOR", "CombinedAligner", "check_same_languages", "combine_weights", "translator_vector_shares"]
 
 #: smallest weight taken into the logarithm: a zero weight counts as 1e-9, not as -inf
 DEFAULT_FLOOR = 1e-9
@@ -59,6 +61,22 @@ def translator_vector_shares(translators: int, vector_share: float | None) -> li
     if translators == 0:
         return [1.0]
     return [(1.0 - vector_share) / translators] * translators + [vector_share]
+
+
+def check_same_languages(vector_languages: tuple[str | None, str | None],
+                         translators: Sequence[tuple[tuple[str | None, str | None], str]], vectors: str) -> None:
+    """ConfigError when a translator aligns other languages (or the same ones the other way round)
+    than the vectors ``vectors`` hold: their weights cannot be combined. ``translators`` gives each
+    translator's (source, target) languages and its name; an unknown language (None) is not checked."""
+    for languages, name in translators:
+        if None in languages or None in vector_languages:
+            continue
+        if tuple(languages) != tuple(vector_languages):
+            raise ConfigError(
+                f"--model {name} aligns {languages[0]} → {languages[1]}, but --vectors {vectors} holds "
+                f"{vector_languages[0]} → {vector_languages[1]}: their weights cannot be combined; use vectors of "
+                "the run's languages, or --src-lang to choose the run's direction"
+            )
 
 
 def combine_weights(

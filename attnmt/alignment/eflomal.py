@@ -41,8 +41,8 @@ from attnmt.data.link_files import read_pharaoh_alignments
 from attnmt.errors import ConfigError, DataError
 from attnmt.runtime.checks import is_int
 
-__all__ = ["EFLOMAL_METHODS", "EflomalSettings", "directional_links", "eflomal_alignments", "eflomal_directions",
-           "eflomal_runs", "import_eflomal", "majority", "voted_directions"]
+__all__ = ["EFLOMAL_METHODS", "EflomalPlan", "EflomalSettings", "directional_links", "eflomal_alignments",
+           "eflomal_directions", "eflomal_runs", "import_eflomal", "majority", "voted_directions", "voted_links"]
 
 #: the link methods that need no weights: one direction of eflomal, or both symmetrised
 EFLOMAL_METHODS = ("src2tgt", "tgt2src", "intersect", "union", "grow-diag", "grow-diag-final",
@@ -211,6 +211,52 @@ def eflomal_runs(
             progress(number, one)
         runs.append(eflomal_directions(src_sentences, tgt_sentences, also=also, settings=one, quiet=quiet))
     return runs
+
+
+@dataclass(frozen=True)
+class EflomalPlan:
+    """Several runs of eflomal and their vote: one ``EflomalSettings`` per run, the votes a link
+    needs (``votes``) and the votes a possible link needs (``possible_votes``)."""
+
+    settings: tuple[EflomalSettings, ...]
+    votes: int
+    possible_votes: int
+
+    @classmethod
+    def of(cls, samplers: int | None = None, iterations: float | None = None, prefixes: Sequence[int] | None = None,
+           votes: int | None = None, possible_votes: int | None = None, possible: bool = False) -> EflomalPlan:
+        """One run per prefix (a single run of whole words by default), eflomal's defaults where
+        ``samplers`` and ``iterations`` are None; ``votes`` defaults to a majority of the runs and
+        ``possible_votes`` to ``votes``. ConfigError (naming the command's option) for a value out
+        of range, a vote with one run, or ``possible_votes`` without ``possible``."""
+        default = EflomalSettings()
+        settings = tuple(EflomalSettings(default.samplers if samplers is None else samplers,
+                                         default.iterations if iterations is None else iterations, prefix)
+                         for prefix in prefixes or [0])
+        for flag, count in (("--eflomal-votes", votes), ("--possible-votes", possible_votes)):
+            if count is not None and len(settings) == 1:
+                raise ConfigError(f"{flag}: only with several --eflomal-prefix values (one run each)")
+            if count is not None and not 1 <= count <= len(settings):
+                raise ConfigError(f"{flag} must be from 1 to {len(settings)} (the number of runs), got {count}")
+        if possible_votes is not None and not possible:
+            raise ConfigError("--possible-votes: only with --possible")
+        votes = majority(len(settings)) if votes is None else votes
+        return cls(settings, votes, votes if possible_votes is None else possible_votes)
+
+
+def voted_links(runs: Sequence[tuple[Sequence[Links], Sequence[Links]]], method: str, votes: int,
+                possible: str | None = None, possible_votes: int | None = None) -> tuple[list[Links], list[Links]]:
+    """The links of each pair by ``method`` from the directions that at least ``votes`` of ``runs``
+    found (:func:`voted_directions`), and the possible links: those ``possible`` (a method) finds
+    beyond them from the directions ``possible_votes`` of the runs found (empty sets when
+    ``possible`` is None)."""
+    forward, backward = voted_directions(runs, votes)
+    sure = [directional_links(f, b, method) for f, b in zip(forward, backward)]
+    if possible is None:
+        return sure, [set() for _ in sure]
+    if possible_votes is not None and possible_votes != votes:
+        forward, backward = voted_directions(runs, possible_votes)
+    return sure, [directional_links(f, b, possible) - links for f, b, links in zip(forward, backward, sure)]
 
 
 def directional_links(forward: Links, backward: Links, method: str) -> Links:

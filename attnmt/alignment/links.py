@@ -31,11 +31,14 @@ Methods (:data:`LINK_METHODS`):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from tqdm import tqdm
 
+from attnmt.data.corpus import read_lines
+from attnmt.errors import DataError
 from attnmt.runtime.choices import LINK_METHODS, SYMMETRIZATIONS
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "intersect_links",
     "itermax_links",
     "match_links",
+    "read_word_pairs",
     "src2tgt_links",
     "symmetrize",
     "tgt2src_links",
@@ -247,6 +251,18 @@ def extract_links(weights, method: str = "intersect") -> Links:
     except KeyError:
         raise ValueError(f"unknown link method {method!r}; choose one of {', '.join(LINK_METHODS)}") from None
     return extractor(weights)
+
+
+def read_word_pairs(src_path: str | Path, tgt_path: str | Path) -> tuple[list[list[str]], list[list[str]]]:
+    """Line i of both files is pair i, each split on spaces, case kept: (source words, target
+    words) per pair. DataError when a file cannot be read or their line counts differ."""
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    if len(src_lines) != len(tgt_lines):
+        raise DataError(
+            f"parallel files have different line counts: {src_path} has {len(src_lines)} lines, "
+            f"{tgt_path} has {len(tgt_lines)} lines"
+        )
+    return [line.split() for line in src_lines], [line.split() for line in tgt_lines]
 
 
 def align_corpus(

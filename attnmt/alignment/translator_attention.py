@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,12 +74,23 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "ForcedAttention",
     "TranslatorAligner",
+    "file_language",
     "guided_reading",
     "merge_spans",
     "piece_to_word_weights",
     "saliency_weights",
     "word_pieces",
 ]
+
+
+def file_language(path: str | Path, languages: tuple[str, str]) -> str | None:
+    """The language a file's name ends with (``test.en-fr.en``, ``valid.fr.gz``), when it is one of
+    ``languages`` (a translator's two), else None: which way round to read a pair of files."""
+    name = Path(path).name
+    if name.endswith(".gz"):
+        name = name[:-3]
+    suffix = name.rsplit(".", 1)[-1] if "." in name else None
+    return suffix if suffix in languages else None
 
 
 def piece_to_word_weights(

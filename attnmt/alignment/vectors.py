@@ -42,6 +42,7 @@ __all__ = [
     "save_vec",
     "save_vector_dir",
     "tokenize",
+    "unknown_words",
 ]
 
 
@@ -430,3 +431,9 @@ def load_vector_dir(folder: str | Path) -> tuple[WordVectors, WordVectors, dict]
             "they cannot share one space"
         )
     return src_vectors, tgt_vectors, info
+
+
+def unknown_words(sentences: Sequence[Sequence[str]], vectors: WordVectors) -> Counter[str]:
+    """How often each word of ``sentences`` that ``vectors`` lacks occurs (vector attention gives
+    such a word a zero vector)."""
+    return Counter(word for sentence in sentences for word in sentence if word not in vectors)

@@ -213,7 +213,7 @@ def _check_eflomal_options(args: argparse.Namespace) -> None:
         if method is not None and method not in EFLOMAL_METHODS:
             raise ConfigError(f"{flag} {method} needs attention weights; with --eflomal choose one of "
                               f"{', '.join(EFLOMAL_METHODS)}")
-    _eflomal_settings(args)  # out-of-range values fail before any file is read
+    _eflomal_plan(args)  # out-of-range values fail before any file is read
 
 
 def _vector_aligner(args: argparse.Namespace):
@@ -234,35 +234,8 @@ def _vector_aligner(args: argparse.Namespace):
     return aligner, src_vectors, tgt_vectors, languages
 
 
-def _check_same_languages(vectors: str, vector_languages, translators: list, names: list[str]) -> None:
-    """ConfigError when a translator aligns other languages (or the other way round) than the vectors."""
-    from attnmt.errors import ConfigError
-
-    for aligner, name in zip(translators, names):
-        languages = getattr(aligner, "languages", (None, None))
-        if None in languages or None in vector_languages:
-            continue
-        if tuple(languages) != tuple(vector_languages):
-            raise ConfigError(
-                f"--model {name} aligns {languages[0]} → {languages[1]}, but --vectors {vectors} holds "
-                f"{vector_languages[0]} → {vector_languages[1]}: their weights cannot be combined; use vectors of "
-                "the run's languages, or --src-lang to choose the run's direction"
-            )
-
-
-def _file_language(path: str, languages: tuple[str, str]) -> str | None:
-    """The language a file name ends with (``test.en-fr.en``, ``valid.fr.gz``), if it is one of ``languages``."""
-    from pathlib import Path
-
-    name = Path(path).name
-    if name.endswith(".gz"):
-        name = name[:-3]
-    suffix = name.rsplit(".", 1)[-1] if "." in name else None
-    return suffix if suffix in languages else None
-
-
 def _translator_aligner(args: argparse.Namespace, run: str):
-    from attnmt.alignment.translator_attention import DEFAULT_MAX_TOKENS, TranslatorAligner
+    from attnmt.alignment.translator_attention import DEFAULT_MAX_TOKENS, TranslatorAligner, file_language
     from attnmt.decoding.translator import Translator
     from attnmt.errors import ConfigError
 
@@ -272,7 +245,7 @@ def _translator_aligner(args: argparse.Namespace, run: str):
                                  trust_run_code=args.trust_run_code)
     say("align", translator.describe())
     languages = (translator.tokenizers.src_lang, translator.tokenizers.tgt_lang)
-    src_lang = args.src_lang or _file_language(args.src, languages)
+    src_lang = args.src_lang or file_language(args.src, languages)
     aligner = TranslatorAligner(
         translator, layer=args.layer, head=args.head, src_lang=src_lang, shift=args.shift,
         max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens, saliency=args.saliency_options,
@@ -298,6 +271,7 @@ def _hf_aligner(args: argparse.Namespace, name: str):
 def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
     """The aligner of the sources given: vectors, one translator, or the geometric mean of several."""
     from attnmt.alignment import CombinedAligner, translator_vector_shares
+    from attnmt.alignment.combine import check_same_languages
 
     parts, names = [], []
     for run in args.model or []:
@@ -312,7 +286,8 @@ def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
     vector_share = None
     if args.vectors is not None:
         aligner, src_vectors, tgt_vectors, languages = _vector_aligner(args)
-        _check_same_languages(args.vectors, languages, parts, names)
+        check_same_languages(languages, [(getattr(part, "languages", (None, None)), name)
+                                         for part, name in zip(parts, names)], args.vectors)
         _report_unknown("source", [[word.lower() for word in s] for s in src_sentences], src_vectors)
         _report_unknown("target", [[word.lower() for word in t] for t in tgt_sentences], tgt_vectors)
         parts.append(aligner)
@@ -329,25 +304,12 @@ def _weight_function(args: argparse.Namespace, src_sentences, tgt_sentences):
     return weight_fn
 
 
-def _read_sentences(src_path: str, tgt_path: str) -> tuple[list[list[str]], list[list[str]]]:
-    """Both files split on spaces, case kept; DataError when their line counts differ."""
-    from attnmt.data.corpus import read_lines
-    from attnmt.errors import DataError
-
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    if len(src_lines) != len(tgt_lines):
-        raise DataError(
-            f"parallel files have different line counts: {src_path} has {len(src_lines)} lines, "
-            f"{tgt_path} has {len(tgt_lines)} lines"
-        )
-    return [line.split() for line in src_lines], [line.split() for line in tgt_lines]
-
-
 def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
     import sys
-    from collections import Counter
 
-    unknown = Counter(token for sentence in sentences for token in sentence if token not in vectors)
+    from attnmt.alignment.vectors import unknown_words
+
+    unknown = unknown_words(sentences, vectors)
     total = sum(len(sentence) for sentence in sentences)
     if unknown:
         examples = " ".join(word for word, _ in unknown.most_common(10))
@@ -355,44 +317,32 @@ def _report_unknown(side: str, sentences: list[list[str]], vectors) -> None:
               f"unknown and got a zero vector, e.g. {examples}", file=sys.stderr)
 
 
-def _eflomal_settings(args: argparse.Namespace):
-    """The EflomalSettings of --eflomal-samplers/-iterations/-prefix, one per --eflomal-prefix value
-    (eflomal's defaults where not given), the votes a link needs and the votes a possible link needs;
-    ConfigError for a value out of range or a vote option that does not fit."""
-    from attnmt.alignment.eflomal import EflomalSettings, majority
-    from attnmt.errors import ConfigError
+def _eflomal_plan(args: argparse.Namespace):
+    """The runs and votes of --eflomal-samplers/-iterations/-prefix/-votes and --possible-votes."""
+    from attnmt.alignment.eflomal import EflomalPlan
 
-    given = {name: getattr(args, "eflomal_" + name) for name in ("samplers", "iterations")}
-    common = {name: value for name, value in given.items() if value is not None}
-    settings = [EflomalSettings(**common, prefix=prefix) for prefix in args.eflomal_prefix or [0]]
-    for flag, votes in (("--eflomal-votes", args.eflomal_votes), ("--possible-votes", args.possible_votes)):
-        if votes is not None and len(settings) == 1:
-            raise ConfigError(f"{flag}: only with several --eflomal-prefix values (one run each)")
-        if votes is not None and not 1 <= votes <= len(settings):
-            raise ConfigError(f"{flag} must be from 1 to {len(settings)} (the number of runs), got {votes}")
-    if args.possible_votes is not None and args.possible is None:
-        raise ConfigError("--possible-votes: only with --possible")
-    votes = args.eflomal_votes if args.eflomal_votes is not None else majority(len(settings))
-    return settings, votes, args.possible_votes if args.possible_votes is not None else votes
+    return EflomalPlan.of(args.eflomal_samplers, args.eflomal_iterations, args.eflomal_prefix, args.eflomal_votes,
+                          args.possible_votes, possible=args.possible is not None)
 
 
 def _eflomal_links(args: argparse.Namespace, src_sentences, tgt_sentences):
-    """eflomal's links of the pairs by --method, aligned together with the --also pairs (one run per
-    setting, then the vote), and the possible links (those of --possible beyond them, by their own
-    vote; empty sets without --possible)."""
-    from attnmt.alignment.eflomal import directional_links, eflomal_runs, import_eflomal, voted_directions
+    """eflomal's links of the pairs by --method, aligned together with the --also pairs, one run per
+    setting and then the vote, and the possible links (``attnmt.alignment.eflomal.voted_links``)."""
+    from attnmt.alignment.eflomal import eflomal_runs, import_eflomal, voted_links
+    from attnmt.alignment.links import read_word_pairs
 
     import_eflomal()  # before reading --also files: a missing package is the first thing to say
-    settings, votes, possible_votes = _eflomal_settings(args)
-    also = _read_sentences(args.also_src, args.also_tgt) if args.also_src is not None else None
+    plan = _eflomal_plan(args)
+    settings, votes = plan.settings, plan.votes
+    also = read_word_pairs(args.also_src, args.also_tgt) if args.also_src is not None else None
     extra = f" together with {len(also[0])} pairs of {args.also_src}" if also else ""
     also_possible = f" (and {args.possible} as possible links)" if args.possible else ""
     vote = ""
     if len(settings) > 1:
         vote = f", then the links at least {votes} of the {len(settings)} runs found"
-        if args.possible and possible_votes != votes:
-            also_possible = (f" (and {args.possible} of the links at least {possible_votes} of the runs found, as "
-                             "possible links)")
+        if args.possible and plan.possible_votes != votes:
+            also_possible = (f" (and {args.possible} of the links at least {plan.possible_votes} of the runs found, "
+                             "as possible links)")
     say("align", f"eflomal ({'; '.join(one.describe() for one in settings)}): aligning {len(src_sentences)} "
                  f"pairs{extra} in both directions{vote}, then {args.method}{also_possible}")
 
@@ -401,13 +351,7 @@ def _eflomal_links(args: argparse.Namespace, src_sentences, tgt_sentences):
             say("align", f"eflomal run {number}/{len(settings)}: {one.describe()}")
 
     runs = eflomal_runs(src_sentences, tgt_sentences, settings, also=also, quiet=False, progress=progress)
-    forward, backward = voted_directions(runs, votes)
-    sure = [directional_links(f, b, args.method) for f, b in zip(forward, backward)]
-    if args.possible is None:
-        return sure, [set() for _ in sure]
-    if possible_votes != votes:
-        forward, backward = voted_directions(runs, possible_votes)
-    return sure, [directional_links(f, b, args.possible) - links for f, b, links in zip(forward, backward, sure)]
+    return voted_links(runs, args.method, votes, args.possible, plan.possible_votes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -420,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
         read_gold,
         write_pharaoh,
     )
+    from attnmt.alignment.links import read_word_pairs
     from attnmt.runtime.outputs import check_output
 
     _check_options(args)
@@ -427,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
                        inputs=[args.src, args.tgt, args.gold, args.also_src, args.also_tgt, args.vectors,
                                *(args.hf or []), *(args.model or [])])
     # Words keep their case here: a translator needs it, vector attention lower-cases for itself.
-    src_sentences, tgt_sentences = _read_sentences(args.src, args.tgt)
+    src_sentences, tgt_sentences = read_word_pairs(args.src, args.tgt)
     gold = None
     if args.gold:
         named_naacl = Path(args.gold).suffix.lower() in (".naacl", ".wa")
