@@ -12,8 +12,8 @@ import attnmt
 
 #: modules without a public API of their own: the commands (their help is their documentation),
 #: ``python -m attnmt``, the Keras layers, which need the optional extra (tests/test_keras.py reads
-#: them)
-SKIPPED = ("attnmt.commands", "attnmt.__main__", "attnmt.keras")
+#: them), and a deprecated path that only hands on the names of its new modules (and warns)
+SKIPPED = ("attnmt.commands", "attnmt.__main__", "attnmt.keras", "attnmt.attention.user")
 
 
 def public_objects():

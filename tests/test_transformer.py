@@ -366,9 +366,9 @@ def test_config_round_trips_and_builds_through_the_registry():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"d_model": 32, "num_heads": 4, "layers": 6}, "unknown key.*layers"),
-        ({"type": "rnn"}, "type must be 'transformer'"),
-        ({"d_model": 30, "num_heads": 4}, "d_model=30 is not divisible by num_heads=4"),
+        ({"d_model": 32, "num_heads": 4, "layers": 6}, "unknown model option.*layers"),
+        ({"type": "rnn"}, "model.type must be 'transformer'"),
+        ({"d_model": 30, "num_heads": 4}, "model.d_model=30 is not divisible by model.num_heads=4"),
         ({"ffn_dim": 0}, "ffn_dim must be an integer from 1 to 1,048,576"),
         ({"encoder_layers": 2.5}, "encoder_layers must be an integer from 1"),
         ({"decoder_layers": True}, "decoder_layers must be an integer from 1"),
@@ -431,3 +431,24 @@ def test_state_bytes_per_token_is_what_the_decoder_state_grows_by(generator):
         one = size(state)
         _, _, state = model.decode_step(prev, state, encoded, 1)
     assert size(state) - one == 2 * model.state_bytes_per_token  # two rows, one token more each
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"dropout": "0.1"}, "model.dropout must be a number in [0, 1), got '0.1'"),
+    ({"decoder_layers": 0}, "model.decoder_layers must be an integer from 1 to 1,048,576, got 0"),
+    ({"dropout_mask": "uniform"}, "model.dropout_mask must be one of bernoulli, bytes, got 'uniform'"),
+    ({"tie_output": "yes"}, "model.tie_output must be true or false, got 'yes'"),
+    ({"attention_options": ["kq_dim"]}, "model.attention_options must be a mapping of option names to values"),
+    ({"width": 3}, "unknown model option(s) 'width' for type"),
+    (["not", "a", "mapping"], "the model config must be a mapping, got list"),
+])
+def test_both_models_read_their_config_the_same_way_and_say_the_same_mistake_alike(values, message):
+    """One base (attnmt.models.config.ModelConfig): the RNN and the Transformer raise the same
+    ConfigError, with the same words, for the same mistake."""
+    from attnmt.models import RNNConfig
+
+    for config_class in (RNNConfig, TransformerConfig):
+        with pytest.raises(ConfigError) as caught:
+            config_class.from_dict(values)
+        assert str(caught.value).startswith(message), (config_class.__name__, str(caught.value))
+        assert type(caught.value) is ConfigError

@@ -18,9 +18,10 @@ Reading a model's attention for a given output (force-decoding) is ``attnmt.mode
 keeps ``model.config``, its config dataclass (``RNNConfig`` or ``TransformerConfig``: the ``model:``
 section of a run config, chosen by its ``type``).
 
-Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass (``from_dict`` /
-``to_dict``, ConfigError on bad input, a ``type`` in ``to_dict``) and an ``nn.Module`` taking
-``(config, src_vocab_size, tgt_vocab_size)``, then name both in ``MODEL_TYPES`` below.
+Adding a model type: write ``attnmt/models/<module>.py`` with a config dataclass that subclasses
+``ModelConfig`` (``attnmt.models.config``: its ``type``, its fields, a ``validate`` built from the
+shared checks, so reading, unknown keys and errors are those of every model) and an ``nn.Module``
+taking ``(config, src_vocab_size, tgt_vocab_size)``, then name both in ``MODEL_TYPES`` below.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Any
 import torch
 
 from attnmt.errors import ConfigError
-from attnmt.models import rnn, transformer
 from attnmt.models.common import check_target_mask, count_parameters, log_probabilities
+from attnmt.models.config import ModelConfig
 from attnmt.models.readout import ForcedReading, SpecialIds, force_decode
 from attnmt.models.rnn import RNNConfig, RNNSeq2Seq
 from attnmt.models.transformer import Transformer, TransformerConfig
@@ -44,15 +45,13 @@ __all__ = [
     "log_probabilities", "model_config",
 ]
 
-ModelConfig = RNNConfig | TransformerConfig
-
 #: model type (the ``type`` key of a model config) -> (its config class, its module class)
 MODEL_TYPES: dict[str, tuple[Any, type]] = {
     "rnn": (RNNConfig, RNNSeq2Seq),
     "transformer": (TransformerConfig, Transformer),
 }
 #: model type -> its options named otherwise before 0.2.0 (old name -> name now; saved runs use them)
-RENAMED_MODEL_KEYS: dict[str, dict[str, str]] = {"rnn": rnn.RENAMED_KEYS, "transformer": transformer.RENAMED_KEYS}
+RENAMED_MODEL_KEYS: dict[str, dict[str, str]] = {name: config.RENAMED_KEYS for name, (config, _) in MODEL_TYPES.items()}
 
 
 def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:
@@ -60,7 +59,7 @@ def model_config(values: dict[str, Any] | ModelConfig | None) -> ModelConfig:
 
     Raises ConfigError for an unknown ``type`` and for the options that type rejects.
     """
-    if isinstance(values, (RNNConfig, TransformerConfig)):
+    if isinstance(values, ModelConfig):
         return values
     if values is None:
         values = {"type": "rnn"}

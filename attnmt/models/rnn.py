@@ -60,7 +60,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -69,12 +69,12 @@ from torch import nn
 
 from attnmt.attention.functional import padding_mask
 from attnmt.attention.mechanisms import Attention, PreparedKeys
-from attnmt.attention.registry import build_attention, canonical_name, is_builtin
+from attnmt.attention.registry import build_attention, is_builtin
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
-from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
+from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.models.config import ModelConfig
 from attnmt.models.dropout import DROPOUT_MASKS, Dropout, dropout
-from attnmt.runtime.renames import renamed_keys
 
 # On CUDA, cuDNN copies the four weight tensors of a layer into one buffer at each torch.lstm call of
 # the encoder (it runs each layer and direction alone, on the module's own tensors) and warns each
@@ -99,12 +99,8 @@ FLOWS = ("parallel", "bahdanau", "luong")
 # ================================================================================================
 
 
-#: options of RNNConfig named otherwise before 0.2.0 (old name -> name now)
-RENAMED_KEYS = {"tie_embeddings": "tie_output"}
-
-
 @dataclass
-class RNNConfig:
+class RNNConfig(ModelConfig):
     """Every knob of the RNN translator (the ``model:`` section of a run config, ``type: rnn``).
 
     embed_dim           E, size of source and target embeddings
@@ -125,6 +121,9 @@ class RNNConfig:
     """
 
     type: ClassVar[str] = "rnn"
+    #: options named otherwise before 0.2.0 (old name -> name now)
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"tie_embeddings": "tie_output"}
+
     embed_dim: int = 256
     hidden_dim: int = 512
     encoder_hidden_dim: int | None = None
@@ -139,9 +138,6 @@ class RNNConfig:
     tie_output: bool = False
     output_embedding: bool = False
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     # -- derived sizes ----------------------------------------------------------------------------
     @property
     def encoder_state_dim(self) -> int:
@@ -149,64 +145,25 @@ class RNNConfig:
         per_direction = self.hidden_dim // 2 if self.encoder_hidden_dim is None else self.encoder_hidden_dim
         return 2 * per_direction
 
-    # -- (de)serialisation ------------------------------------------------------------------------
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> RNNConfig:
-        """Build from a plain dict (YAML). ``type`` may be present and must then be "rnn".
-
-        Unknown keys and invalid values raise ConfigError naming them.
-        """
-        if not isinstance(values, dict):
-            raise ConfigError(f"model config must be a mapping, got {type(values).__name__}")
-        values = renamed_keys(values, RENAMED_KEYS, "model")
-        model_type = values.pop("type", "rnn")
-        if model_type != "rnn":
-            raise ConfigError(f"model.type is {model_type!r}, but RNNConfig describes type 'rnn'")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"unknown model option(s) {', '.join(map(repr, unknown))} for type 'rnn'; known: {', '.join(known)}"
-            )
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A plain dict (with ``type: rnn``) that ``from_dict`` and ``build_model`` accept."""
-        values: dict[str, Any] = {"type": "rnn"}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            values[f.name] = dict(value) if isinstance(value, dict) else value
-        return values
-
     # -- validation -------------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid option; normalises names (``sdp`` → ``scaled_dot``)."""
         for name in ("embed_dim", "hidden_dim", "encoder_layers", "decoder_layers"):
-            _require_positive_int(name, getattr(self, name))
+            self.check_size(name)
         if self.encoder_hidden_dim is not None:
-            _require_positive_int("encoder_hidden_dim", self.encoder_hidden_dim)
+            self.check_size("encoder_hidden_dim")
         elif self.hidden_dim < 2:
             raise ConfigError(
                 f"model.hidden_dim={self.hidden_dim} leaves no encoder size (hidden_dim // 2); "
                 "set encoder_hidden_dim"
             )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ConfigError(f"model.dropout must be a number in [0, 1), got {self.dropout!r}")
-        self.dropout = float(self.dropout)
-        self.dropout_mask = _require_choice("dropout_mask", self.dropout_mask, DROPOUT_MASKS)
-        self.cell = _require_choice("cell", self.cell, CELLS)
-        self.flow = _require_choice("flow", self.flow, FLOWS)
+        self.check_fraction("dropout")
+        self.check_choice("dropout_mask", DROPOUT_MASKS)
+        self.check_choice("cell", CELLS)
+        self.check_choice("flow", FLOWS)
         for name in ("tie_output", "output_embedding"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
-        try:
-            self.attention = canonical_name(self.attention)
-        except (TypeError, ValueError) as error:
-            raise ConfigError(f"model.attention: {error}") from None
-        if not isinstance(self.attention_options, dict) or not all(isinstance(k, str) for k in self.attention_options):
-            raise ConfigError(
-                f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
-            )
+            self.check_flag(name)
+        self.check_attention_name()
         if self.attention == "local-m" and "gaussian" not in self.attention_options:
             # recorded, because a run saved before the option records nothing and had the Gaussian
             # (attnmt.runs.run_config.SAVED_BEFORE_ATTENTION_OPTIONS)
@@ -227,18 +184,6 @@ class RNNConfig:
                 f"model.attention {self.attention!r} with attention_options {self.attention_options} "
                 f"(hidden_dim={self.hidden_dim}, encoder states of size {self.encoder_state_dim}): {reason}"
             ) from None
-
-
-def _require_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-        raise ConfigError(f"model.{name} must be an integer from 1 to {MAX_SIZE:,}, got {value!r}")
-
-
-def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    key = value.strip().lower() if isinstance(value, str) else value
-    if key not in choices:
-        raise ConfigError(f"model.{name} must be one of {', '.join(choices)}; got {value!r}")
-    return key
 
 
 # ================================================================================================

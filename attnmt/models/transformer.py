@@ -45,8 +45,8 @@ whole prefix (a test checks it to 1e-5).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
 import torch
@@ -55,13 +55,13 @@ from torch import nn
 
 from attnmt.attention.functional import causal_mask
 from attnmt.attention.multihead import MultiHeadAttention
-from attnmt.attention.registry import canonical_name, is_builtin
+from attnmt.attention.registry import is_builtin
 from attnmt.attention.user_adapter import build_user_score
 from attnmt.data.special_tokens import PAD_ID
 from attnmt.errors import ConfigError
-from attnmt.models.common import MAX_SIZE, check_target_mask, log_probabilities
+from attnmt.models.common import check_target_mask, log_probabilities
+from attnmt.models.config import ModelConfig
 from attnmt.models.dropout import DROPOUT_MASKS, Dropout
-from attnmt.runtime.renames import renamed_keys
 
 __all__ = [
     "DecoderLayer",
@@ -84,12 +84,8 @@ NORM_KINDS = ("pre", "post")
 # --------------------------------------------------------------------------------------------
 
 
-#: options of TransformerConfig named otherwise before 0.2.0 (old name -> name now)
-RENAMED_KEYS = {"heads": "num_heads"}
-
-
 @dataclass
-class TransformerConfig:
+class TransformerConfig(ModelConfig):
     """Every knob of the Transformer.
 
     d_model:            width d of every layer's input and output (embeddings too)
@@ -114,6 +110,8 @@ class TransformerConfig:
     """
 
     type: ClassVar[str] = MODEL_TYPE
+    #: options named otherwise before 0.2.0 (old name -> name now)
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"heads": "num_heads"}
 
     d_model: int = 256
     num_heads: int = 4
@@ -131,83 +129,28 @@ class TransformerConfig:
     attention: str = "scaled_dot"
     attention_options: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid option; normalises names (``sdp`` → ``scaled_dot``)."""
         for name in ("d_model", "num_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-                raise ConfigError(f"transformer model config: model.{name} must be an integer from 1 to {MAX_SIZE:,}, "
-                                  f"got {value!r}")
+            self.check_size(name)
         if self.d_model % self.num_heads:
-            raise ConfigError(
-                f"transformer model config: d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
+            raise ConfigError(f"model.d_model={self.d_model} is not divisible by model.num_heads={self.num_heads}")
         for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"transformer model config: model.{name} must be a number in [0, 1), got {value!r}")
-            setattr(self, name, float(value))
-        self._check_choices()
+            self.check_fraction(name)
+        self.check_choice("dropout_mask", DROPOUT_MASKS)
+        self.check_choice("positions", POSITION_KINDS)
+        self.check_choice("norm", NORM_KINDS)
         for name in ("share_embeddings", "tie_output"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"transformer model config: model.{name} must be true or false, got {getattr(self, name)!r}"
-                )
-        self._check_attention()
-        if self.share_embeddings and not self.tie_output:
-            raise ConfigError(
-                "transformer model config: share_embeddings: true shares the output projection too, "
-                "so tie_output cannot be false"
-            )
-
-    def _check_choices(self) -> None:
-        """dropout_mask (any case), positions and norm: each one of its kinds."""
-        if isinstance(self.dropout_mask, str):
-            self.dropout_mask = self.dropout_mask.strip().lower()
-        for name, kinds in (("dropout_mask", DROPOUT_MASKS), ("positions", POSITION_KINDS), ("norm", NORM_KINDS)):
-            if getattr(self, name) not in kinds:
-                raise ConfigError(f"transformer model config: model.{name} must be one of {', '.join(kinds)}, "
-                                  f"got {getattr(self, name)!r}")
-
-    def _check_attention(self) -> None:
-        """model.attention: scaled_dot or a user's class with score(q, k); its options a mapping."""
-        try:
-            self.attention = canonical_name(self.attention)
-        except (TypeError, ValueError) as error:
-            raise ConfigError(f"model.attention: {error}") from None
+            self.check_flag(name)
+        self.check_attention_name()
         if is_builtin(self.attention) and self.attention != "scaled_dot":
             raise ConfigError(
                 f"model.attention: the Transformer's heads use scaled_dot; {self.attention!r} is a mechanism of "
                 "the RNN. A user's class with score(q, k) can replace the scaled dot product"
             )
-        if not isinstance(self.attention_options, dict) or not all(isinstance(k, str) for k in self.attention_options):
-            raise ConfigError(
-                f"model.attention_options must be a mapping of option names to values, got {self.attention_options!r}"
-            )
-
-    @classmethod
-    def from_dict(cls, config: Mapping[str, Any]) -> TransformerConfig:
-        """Build from a mapping (a YAML ``model:`` section). ``type``, if present, must be "transformer".
-
-        Raises ConfigError naming unknown keys or invalid values; missing keys take the defaults.
-        """
-        if not isinstance(config, Mapping):
-            raise ConfigError(f"transformer model config must be a mapping, got {type(config).__name__}")
-        values = renamed_keys(dict(config), RENAMED_KEYS, "model")
-        model_type = values.pop("type", MODEL_TYPE)
-        if model_type != MODEL_TYPE:
-            raise ConfigError(f"transformer model config: type must be {MODEL_TYPE!r}, got {model_type!r}")
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(key) for key in values if key not in known)
-        if unknown:
-            raise ConfigError(
-                f"unknown key(s) in the transformer model config: {', '.join(unknown)}; "
-                f"valid keys: type, {', '.join(known)}"
-            )
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain mapping with ``type: transformer`` first; ``from_dict(to_dict())`` gives back an equal config."""
-        return {"type": MODEL_TYPE, **asdict(self)}
+        if self.share_embeddings and not self.tie_output:
+            raise ConfigError("model.share_embeddings: true shares the output projection too, so model.tie_output "
+                              "cannot be false")
 
 
 # --------------------------------------------------------------------------------------------
