@@ -463,7 +463,7 @@ class Transformer(nn.Module):
                 raise ValueError(f"Transformer: {name} must be an integer > pad_id={pad_id}, got {size!r}")
         if config.share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ConfigError(
-                f"transformer model config: share_embeddings: true needs a joint vocabulary, but the source "
+                f"model.share_embeddings: true needs a joint vocabulary, but the source "
                 f"vocabulary has {src_vocab_size} entries and the target vocabulary {tgt_vocab_size}"
             )
         self.config = config
