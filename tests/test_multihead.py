@@ -276,3 +276,26 @@ def test_bad_inputs_and_masks_raise_errors_naming_them():
         module(query, key, value, attn_mask=torch.ones(3, 3, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="query must be a torch.Tensor, got list"):
         module([[0.0] * 8], key, value)
+
+
+def test_both_multi_head_classes_split_their_output_by_head_and_token_with_one_product():
+    """Σ_i Σ_l α^i_tl f^i(v_l) + b^O is the output, for MultiHeadAttention and for the RNN's
+    single-query ``multihead``; f^i is the one ``head_outputs`` both use (value norms, ALTI+)."""
+    from attnmt.attention.mechanisms import MultiHeadSingleQueryAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(12, 3, kdim=10, vdim=10).double()
+    query, keys = torch.randn(2, 4, 12, dtype=torch.float64), torch.randn(2, 5, 10, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    k_heads, v_heads = layer.project_key_value(keys, keys)
+    output, weights = layer.attend(layer.project_query(query), k_heads, v_heads, mask[:, None, None, :],
+                                   need_weights=True)
+    summed = torch.einsum("bhtl,bhle->bte", weights, layer.head_outputs(v_heads)) + layer.out_proj.bias
+    torch.testing.assert_close(summed, output, rtol=0, atol=1e-12)
+
+    single = MultiHeadSingleQueryAttention(8, 10, 10, num_heads=2).double()
+    prepared = single.prepare(keys, keys, mask)
+    context, head_weights = single.attend_heads(torch.randn(2, 4, 8, dtype=torch.float64), prepared)
+    shares = single.head_outputs(prepared.values)
+    summed = torch.einsum("bhtl,bhle->bte", head_weights, shares) + single.output_proj.bias
+    torch.testing.assert_close(summed, context, rtol=0, atol=1e-12)

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from attnmt.attention.functional import masked_softmax
+from attnmt.attention.multihead import head_outputs
 
 __all__ = [
     "BUILTIN_ALIASES",
@@ -447,6 +448,11 @@ class MultiHeadSingleQueryAttention(Attention):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         context, weights = self.attend_heads(query, prepared, step)
         return context, weights.mean(dim=1)
+
+    def head_outputs(self, v_heads: torch.Tensor) -> torch.Tensor:
+        """Each head's prepared values through its share of W^O, the one product both multi-head
+        classes share (``attnmt.attention.multihead.head_outputs``): [B, h, S, d_h] -> [B, h, S, Dv]."""
+        return head_outputs(v_heads, self.output_proj.weight)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_heads={self.num_heads}, head_dim={self.head_dim}"

@@ -30,7 +30,19 @@ from torch import nn
 
 from attnmt.attention.functional import masked_softmax, scaled_dot_product_attention
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "head_outputs"]
+
+
+def head_outputs(v_heads: torch.Tensor, out_weight: torch.Tensor) -> torch.Tensor:
+    """Each head's values through its share of W^O: f^i(v_l) = v_{i,l} W^O_iᵀ, where W^O_i are the
+    d_head columns of W^O that multiply head i.
+
+    v_heads: [B, h, L, d_head], out_weight W^O: [D, h·d_head] -> [B, h, L, D]. Over the heads,
+    Σ_i Σ_l α^i_{t,l} f^i(v_l) + b^O is the output at query t: what value norms and ALTI+ split by
+    head and token, for both multi-head classes (this and ``multihead``, the single-query one).
+    """
+    heads = v_heads.shape[1]
+    return torch.einsum("bhld,ehd->bhle", v_heads, out_weight.view(out_weight.shape[0], heads, -1))
 
 
 def _check_bool_mask(mask: torch.Tensor, name: str) -> None:
@@ -196,6 +208,11 @@ class MultiHeadAttention(nn.Module):
         batch, _, query_length, _ = heads.shape
         concatenated = heads.transpose(1, 2).reshape(batch, query_length, self.embed_dim)
         return self.out_proj(concatenated), weights
+
+    def head_outputs(self, v_heads: torch.Tensor) -> torch.Tensor:
+        """Each head's values through its share of W^O (:func:`head_outputs`): v_heads
+        [B, h, Lk, d_head] -> [B, h, Lk, E]."""
+        return head_outputs(v_heads, self.out_proj.weight)
 
     def _attend_user_score(self, q_heads: torch.Tensor, k_heads: torch.Tensor, v_heads: torch.Tensor,
                            mask: torch.Tensor | None, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:

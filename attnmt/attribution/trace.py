@@ -54,13 +54,6 @@ class TransformerTrace:
     logits: torch.Tensor
 
 
-def _head_values(attention: MultiHeadAttention, v_heads: torch.Tensor) -> torch.Tensor:
-    """v_heads [B, h, L, d_h] (with b^V) -> each head's transformed values v W^O_iᵀ [B, h, L, d]."""
-    h, d_h = attention.num_heads, attention.head_dim
-    out_weight = attention.out_proj.weight.view(attention.embed_dim, h, d_h)  # [d, h, d_h]
-    return torch.einsum("bhld,ehd->bhle", v_heads, out_weight)
-
-
 def _attention_block(attention: MultiHeadAttention, norm_in: torch.Tensor, keys_in: torch.Tensor,
                      mask: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, BlockTrace]:
     """One attention block: (its output, its trace). ``norm_in`` is what the queries read (the
@@ -68,7 +61,7 @@ def _attention_block(attention: MultiHeadAttention, norm_in: torch.Tensor, keys_
     keys, values = attention.project_key_value(keys_in, keys_in)
     output, weights = attention.attend(attention.project_query(norm_in), keys, values, mask, need_weights=True)
     assert weights is not None
-    return output, BlockTrace(residual, weights, _head_values(attention, values))
+    return output, BlockTrace(residual, weights, attention.head_outputs(values))
 
 
 def _self_attention_step(block: Any, attention: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor,

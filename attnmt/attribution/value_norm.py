@@ -69,7 +69,5 @@ def _rnn_value_norm(model: Any, batch: ForcedBatch) -> torch.Tensor:
     attention = model.attention
     if values.dim() == 3:  # one head: the values the context averages, [B, S, D]
         return weights[:, 0] * torch.linalg.vector_norm(values, dim=-1).unsqueeze(1)
-    h, d_h = attention.num_heads, attention.head_dim  # multihead: [B, h, S, d_h]
-    out_weight = attention.output_proj.weight.view(-1, h, d_h)  # [D, h, d_h]
-    transformed = torch.einsum("bhsd,ehd->bhse", values, out_weight)
+    transformed = attention.head_outputs(values)  # multihead: [B, h, S, d_h] -> [B, h, S, D]
     return torch.linalg.vector_norm(torch.einsum("bhts,bhse->btse", weights, transformed), dim=-1)
