@@ -3,6 +3,8 @@ properties every attention distribution must have, gradients, and the errors use
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -249,3 +251,45 @@ def test_mismatched_shapes_name_the_shapes():
         module.attend(torch.randn(2, DQ + 1), prepared)
     with pytest.raises(ValueError, match="dot attention needs query_dim == key_dim"):
         build_attention("dot", 4, 6)
+
+
+def _rows_of_docs_table() -> dict[str, str]:
+    """docs/mechanisms.md's table: the registry name -> its "as computed" cell, pipes unescaped."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "mechanisms.md").read_text(encoding="utf-8")
+    cells = {}
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            parts = [part.replace("\\|", "|").strip() for part in re.split(r"(?<!\\)\|", line)[1:-1]]
+            cells[parts[0].split("`")[1]] = parts[1]
+    return cells
+
+
+def test_each_mechanisms_equations_are_written_once_and_shown_alike_in_its_docstring_the_docs_and_serve():
+    """EQUATIONS is the one source: every row stands in the class's docstring, the rows joined by
+    "; " in docs/mechanisms.md, and serve draws one MathML row per equation (well-formed XML)."""
+    import xml.etree.ElementTree as ElementTree
+
+    from attnmt.attention.mechanisms import BUILTIN_BUILDERS, EQUATIONS, mechanism_equations
+    from attnmt.serve.equations import equation_mathml
+
+    assert set(EQUATIONS) == set(BUILTIN_BUILDERS)
+    docs = _rows_of_docs_table()
+    for name, rows in EQUATIONS.items():
+        module = build_attention(name, 8, 8, 8)
+        docstring = " ".join((type(module).__doc__ or "").split())
+        for row in rows:
+            assert row in docstring, (name, row)
+        assert docs[name].startswith("; ".join(rows)), (name, docs[name])
+        math = ElementTree.fromstring(equation_mathml(name))
+        assert len(math.findall(".//{http://www.w3.org/1998/Math/MathML}mtr")) == len(rows)
+    assert mechanism_equations("local-m", {"gaussian": True})[1] == EQUATIONS["local-p"][1]  # runs from before
+    assert equation_mathml("my_file.py:Mine") is None
+
+
+def test_the_equations_show_the_biases_and_local_m_s_clamp_that_the_code_has():
+    from attnmt.attention.mechanisms import EQUATIONS
+
+    assert "+ b_q" in EQUATIONS["scaled_dot"][0] and "+ b_k" in EQUATIONS["scaled_dot"][1]
+    assert EQUATIONS["additive"][0].endswith("+ b)") and EQUATIONS["local-m"][0] == "p_t = min(t, S_b − 1)"

@@ -119,6 +119,8 @@ def test_one_decoder_step_shows_scores_softmax_and_context(views):
     expected = np.exp(scores - scores.max())
     np.testing.assert_allclose(weights, expected / expected.sum(), atol=2e-4)  # α = softmax(e)
     assert "scaled" in answer["equation"] and answer["context_size"] > 0 and len(answer["context"]) <= 16
+    assert "<msqrt><mi>d</mi></msqrt>" in answer["equation_mathml"]  # e_s = qᵀ k_s / √d, from EQUATIONS
+    assert answer["equation_mathml"].count("<mtr>") == 5
 
 
 def test_saliency_and_its_agreement_with_the_attention(views):
@@ -588,13 +590,14 @@ def test_a_models_queue_is_bounded_and_abandoned_jobs_never_start():
 def test_every_mechanism_that_can_be_stepped_through_has_its_equations_as_mathml():
     import xml.etree.ElementTree as ElementTree
 
-    from attnmt.serve.equations import MATHML
+    from attnmt.attention.mechanisms import BUILTIN_BUILDERS
+    from attnmt.serve.equations import equation_mathml
 
-    assert set(MATHML) == {"dot", "general", "scaled_dot", "additive", "mean", "local-m", "local-p"}
-    for name, mathml in MATHML.items():
+    for name in BUILTIN_BUILDERS:
+        mathml = equation_mathml(name)
         root = ElementTree.fromstring(mathml)  # well-formed, in the MathML namespace
         assert root.tag == "{http://www.w3.org/1998/Math/MathML}math", name
-        assert "``" not in mathml
+        assert "``" not in mathml and "_" not in mathml and "^" not in mathml, name  # every mark drawn
 
 
 def test_why_this_and_not_the_alternative_contrasts_the_first_piece_that_differs(views):

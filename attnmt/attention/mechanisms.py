@@ -43,6 +43,7 @@ __all__ = [
     "BUILTIN_ALIASES",
     "BUILTIN_BUILDERS",
     "BUILTIN_NAMES",
+    "EQUATIONS",
     "AdditiveAttention",
     "Attention",
     "DotAttention",
@@ -53,6 +54,7 @@ __all__ = [
     "NoAttention",
     "PreparedKeys",
     "ScaledDotAttention",
+    "mechanism_equations",
 ]
 
 
@@ -207,9 +209,13 @@ class Attention(nn.Module):
 
 
 class NoAttention(Attention):
-    """``none``: attends to nothing. context = 0 [B, Dv], weights = 0 [B, S].
+    """``none``: attends to nothing.
 
-    The no-attention baseline: the decoder sees the source only through its initial state.
+        α_s = 0
+        c = 0
+
+    context [B, Dv] and weights [B, S] are zeros. The no-attention baseline: the decoder sees the
+    source only through its initial state.
     """
 
     def attend(
@@ -221,9 +227,12 @@ class NoAttention(Attention):
 
 
 class MeanAttention(Attention):
-    """``mean``: the average of the allowed values, α_s = 1/S_b for every real position s.
+    """``mean``: the average of the allowed values.
 
-    context = (1/S_b) Σ_{s<S_b} v_s   [B, Dv]; it does not depend on the query.
+        α_s = 1 / S_b
+        c = Σ_s α_s h̄_s
+
+    for every real position s < S_b; context [B, Dv]. It does not depend on the query.
     """
 
     def score(self, query: torch.Tensor, prepared: PreparedKeys) -> torch.Tensor:
@@ -231,7 +240,13 @@ class MeanAttention(Attention):
 
 
 class DotAttention(Attention):
-    """``dot`` (Luong): e_s = hᵀ h̄_s. Needs query_dim == key_dim; no parameters, no scaling."""
+    """``dot`` (Luong et al. 2015, Eq. 8):
+
+        e_s = hᵀ h̄_s
+        α_s = exp(e_s) / Σ_s′ exp(e_s′)
+        c = Σ_s α_s h̄_s
+
+    Needs query_dim == key_dim; no parameters, no scaling."""
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None):
         super().__init__(query_dim, key_dim, value_dim)
@@ -248,9 +263,14 @@ class DotAttention(Attention):
 class ScaledDotAttention(Attention):
     """``scaled_dot`` / ``sdp``: projected single-query scaled dot-product (Vaswani et al. 2017).
 
-        q = W_q h + b_q,  k_s = W_k h̄_s + b_k,  v_s = h̄_s,   e_s = q·k_s / √kq_dim
+        q = W_q h + b_q
+        k_s = W_k h̄_s + b_k
+        e_s = qᵀ k_s / √d
+        α_s = exp(e_s) / Σ_s′ exp(e_s′)
+        c = Σ_s α_s h̄_s
 
-    Eq. (1) of the paper for one query and one head; the biases b_q and b_k are attnmt's.
+    d = ``kq_dim``. Eq. (1) of the paper for one query and one head, the values the encoder states
+    themselves; the biases b_q and b_k are attnmt's.
 
     h: [B, Dq], h̄: [B, S, Dk]; W_q: [kq_dim, Dq], W_k: [kq_dim, Dk]; the keys are projected once
     per sentence in ``prepare``.
@@ -271,7 +291,13 @@ class ScaledDotAttention(Attention):
 
 
 class GeneralAttention(Attention):
-    """``general`` (Luong): e_s = hᵀ W_a h̄_s, W_a: [Dq, Dk]. ``prepare`` computes W_a h̄_s once."""
+    """``general`` (Luong et al. 2015, Eq. 8):
+
+        e_s = hᵀ W_a h̄_s
+        α_s = exp(e_s) / Σ_s′ exp(e_s′)
+        c = Σ_s α_s h̄_s
+
+    W_a: [Dq, Dk]. ``prepare`` computes W_a h̄_s once per sentence."""
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int | None = None):
         super().__init__(query_dim, key_dim, value_dim)
@@ -288,6 +314,8 @@ class AdditiveAttention(Attention):
     """``additive`` / ``bahdanau`` / ``concat`` (Bahdanau et al. 2015; Luong's concat):
 
         e_s = vᵀ tanh(W_q h + W_k h̄_s + b)
+        α_s = exp(e_s) / Σ_s′ exp(e_s′)
+        c = Σ_s α_s h̄_s
 
     W_q: [A, Dq], W_k: [A, Dk], v: [A], A = ``attention_dim`` (default Dq). ``prepare``
     computes W_k h̄_s + b once per sentence; a step then costs O(S·A). The bias b is attnmt's:
@@ -314,21 +342,30 @@ class AdditiveAttention(Attention):
 class LocalAttention(GeneralAttention):
     """``local-m`` and ``local-p`` (Luong et al. 2015, §3.2): attend within a window [p_t − D, p_t + D].
 
-        e_s = hᵀ W_a h̄_s                              (the ``general`` score, Eq. 8)
-        local-m:  p_t = min(t, S_b − 1)
-                  α_s = exp(e_s) / Σ_{s' in window} exp(e_s')              (Eq. 7 inside the window)
-        local-p:  p_t = S_b · sigmoid(v_pᵀ tanh(W_p h_t))                  (Eq. 9)
-                  α_s ∝ exp(e_s − (s − p_t)² / (2σ²)),  σ = D/2            (Eq. 10, renormalised)
+    local-m (Eq. 7 inside the window)::
 
-    for s in the window and s < S_b, else α_s = 0. Positions count from 0: t is the decoding step
-    (0 for the first output token) and s the source position, so local-m's window is centred on
-    the source word of the same index, and a target longer than its source keeps the window on the
-    last source word (attnmt's choice; the paper does not say). local-p's p_t lies in (0, S_b): its
-    window can reach one past the last word but the first word only at its edge. The Gaussian term
-    carries p_t's gradient. Luong multiplies the window's softmax by the Gaussian and leaves the
-    weights unnormalised; attnmt adds the Gaussian's logarithm to the scores before the softmax
-    instead, so the weights sum to 1 like every other mechanism's, with the same shape inside the
-    window.
+        p_t = min(t, S_b − 1)
+        e_s = hᵀ W_a h̄_s
+        α_s = exp(e_s) / Σ_s′ exp(e_s′) for |s − p_t| ≤ D, else 0
+        c = Σ_s α_s h̄_s
+
+    local-p (Eq. 9 and 10, renormalised)::
+
+        p_t = S_b · sigmoid(v_pᵀ tanh(W_p h))
+        e_s = hᵀ W_a h̄_s − (s − p_t)² / (2σ²)
+        α_s = exp(e_s) / Σ_s′ exp(e_s′) for |s − p_t| ≤ D, else 0
+        σ = D / 2
+        c = Σ_s α_s h̄_s
+
+    hᵀ W_a h̄_s is the ``general`` score (Eq. 8); the sums run over the window and s < S_b.
+    Positions count from 0: t is the decoding step (0 for the first output token) and s the source
+    position, so local-m's window is centred on the source word of the same index, and a target
+    longer than its source keeps the window on the last source word (attnmt's choice; the paper
+    does not say). local-p's p_t lies in (0, S_b): its window can reach one past the last word but
+    the first word only at its edge. The Gaussian term carries p_t's gradient. Luong multiplies the
+    window's softmax by the Gaussian and leaves the weights unnormalised; attnmt adds the
+    Gaussian's logarithm to the scores before the softmax instead, so the weights sum to 1 like
+    every other mechanism's, with the same shape inside the window.
 
     ``gaussian=True`` gives local-m the Gaussian as well: the form attnmt's ``local-m`` had before
     it followed the paper, which runs trained with it record (``attnmt.runs.run_config``).
@@ -387,8 +424,11 @@ class LocalAttention(GeneralAttention):
 class MultiHeadSingleQueryAttention(Attention):
     """``multihead``: h heads of scaled dot-product attention, then an output projection.
 
-        head_i = Σ_s softmax_s(q_i·k_{i,s} / √d_h) v_{i,s},  q_i = W_i^Q h,  k_{i,s} = W_i^K h̄_s,
-        v_{i,s} = W_i^V h̄_s,   context = W^O [head_1; …; head_h]
+        q_i = W_i^Q h + b_i^Q
+        k_{i,s} = W_i^K h̄_s + b_i^K
+        v_{i,s} = W_i^V h̄_s + b_i^V
+        head_i = Σ_s softmax_s(q_iᵀ k_{i,s} / √d_h) v_{i,s}
+        c = W^O [head_1; …; head_h] + b^O
 
     d_h = model_dim / h with ``model_dim`` (default query_dim) divisible by ``num_heads`` (default 4).
     The context has output_dim = value_dim. A row with nothing to attend to has zero weights and
@@ -477,6 +517,39 @@ BUILTIN_BUILDERS: dict[str, Callable[..., Attention]] = {
     "local-p": _local(predictive=True),
     "multihead": MultiHeadSingleQueryAttention,
 }
+_SOFTMAX = "α_s = exp(e_s) / Σ_s′ exp(e_s′)"
+_WINDOW = "α_s = exp(e_s) / Σ_s′ exp(e_s′) for |s − p_t| ≤ D, else 0"
+_CONTEXT = "c = Σ_s α_s h̄_s"
+_LOCAL_M_CENTRE = "p_t = min(t, S_b − 1)"
+_GAUSSIAN = ("e_s = hᵀ W_a h̄_s − (s − p_t)² / (2σ²)", _WINDOW, "σ = D / 2", _CONTEXT)
+
+#: Each built-in mechanism's equations, a row each, as its code computes them: the one source that
+#: its class docstring, docs/mechanisms.md and serve's step-through show (tests/test_mechanisms.py
+#: holds the first two to it). h is the query (the decoder state), h̄_s the encoder states (keys
+#: and values), S_b the sentence's real length, t the decoding step.
+EQUATIONS: dict[str, tuple[str, ...]] = {
+    "none": ("α_s = 0", "c = 0"),
+    "mean": ("α_s = 1 / S_b", _CONTEXT),
+    "dot": ("e_s = hᵀ h̄_s", _SOFTMAX, _CONTEXT),
+    "scaled_dot": ("q = W_q h + b_q", "k_s = W_k h̄_s + b_k", "e_s = qᵀ k_s / √d", _SOFTMAX, _CONTEXT),
+    "general": ("e_s = hᵀ W_a h̄_s", _SOFTMAX, _CONTEXT),
+    "additive": ("e_s = vᵀ tanh(W_q h + W_k h̄_s + b)", _SOFTMAX, _CONTEXT),
+    "local-m": (_LOCAL_M_CENTRE, "e_s = hᵀ W_a h̄_s", _WINDOW, _CONTEXT),
+    "local-p": ("p_t = S_b · sigmoid(v_pᵀ tanh(W_p h))", *_GAUSSIAN),
+    "multihead": ("q_i = W_i^Q h + b_i^Q", "k_{i,s} = W_i^K h̄_s + b_i^K", "v_{i,s} = W_i^V h̄_s + b_i^V",
+                  "head_i = Σ_s softmax_s(q_iᵀ k_{i,s} / √d_h) v_{i,s}", "c = W^O [head_1; …; head_h] + b^O"),
+}
+
+
+def mechanism_equations(name: str, options: dict[str, Any] | None = None) -> tuple[str, ...] | None:
+    """The rows of ``EQUATIONS`` for a built-in mechanism's canonical ``name`` built with
+    ``options`` (local-m with ``gaussian: true``, as runs from before it followed the paper, has
+    local-p's Gaussian around its own p_t); None for any other name."""
+    if name == "local-m" and (options or {}).get("gaussian"):
+        return (_LOCAL_M_CENTRE, *_GAUSSIAN)
+    return EQUATIONS.get(name)
+
+
 #: Other names of built-in mechanisms.
 BUILTIN_ALIASES = {"sdp": "scaled_dot", "bahdanau": "additive", "concat": "additive"}
 #: Every built-in name: the mechanisms, then their aliases (a user mechanism never takes one).

@@ -1,60 +1,77 @@
-"""Each built-in single-head mechanism's equations as MathML, for the step-through of ``attnmt
-serve``: the browser renders MathML itself (Chromium, Firefox and Safari do), so the page needs no
-script or font from a CDN. A user's mechanism has none here: the page shows its docstring as text.
+"""A built-in mechanism's equations as MathML, for the step-through of ``attnmt serve``: the rows of
+``attnmt.attention.mechanisms.EQUATIONS`` (the one source its docstring and docs/mechanisms.md
+show too), drawn by the browser itself (Chromium, Firefox and Safari render MathML), so the page
+needs no script or font from a CDN. A user's mechanism has none: the page shows its docstring.
 
-Every entry is the scores e_s, then the weights α_s, then the context c, as the mechanism computes
-them at output step t with query h (the decoder state) and the encoder states h̄_s (Luong et al.,
-2015; Bahdanau et al., 2015; Vaswani et al., 2017).
+The rows are plain text with a few marks: ``x_s`` and ``x_{i,s}`` subscripts, ``x^Q`` and ``ᵀ``,
+``²``, ``′`` superscripts, ``√d`` a root; ``for`` and ``else`` are words; anything else is a name,
+a number or an operator.
 """
 
 from __future__ import annotations
 
-__all__ = ["MATHML", "equation_mathml"]
+import html
+import re
+from typing import Any
 
-_H, _HS = "<mi>h</mi>", "<msub><mover><mi>h</mi><mo>&#x304;</mo></mover><mi>s</mi></msub>"
-_T = "<msup><mi></mi><mo>&#x22A4;</mo></msup>"
-_E = "<msub><mi>e</mi><mi>s</mi></msub>"
-_ALPHA = "<msub><mi>&#x3B1;</mi><mi>s</mi></msub>"
-_SOFTMAX = (f"<mrow>{_ALPHA}<mo>=</mo><mfrac><mrow><mi>exp</mi><mo>(</mo>{_E}<mo>)</mo></mrow>"
-            "<mrow><msub><mo>&#x2211;</mo><msup><mi>s</mi><mo>&#x2032;</mo></msup></msub><mi>exp</mi><mo>(</mo>"
-            "<msub><mi>e</mi><msup><mi>s</mi><mo>&#x2032;</mo></msup></msub><mo>)</mo></mrow></mfrac></mrow>")
-_CONTEXT = f"<mrow><mi>c</mi><mo>=</mo><munder><mo>&#x2211;</mo><mi>s</mi></munder>{_ALPHA}{_HS}</mrow>"
+from attnmt.attention.mechanisms import mechanism_equations
+
+__all__ = ["equation_mathml", "row_mathml"]
+
+_WORDS = ("for", "else")
+_MARKS = {"ᵀ": "<mo>&#x22A4;</mo>", "²": "<mn>2</mn>", "′": "<mo>&#x2032;</mo>"}
+_NAME = r"[A-Za-z]{2,}|[A-Za-zα-ω]\u0304?"  # a word (exp, tanh, head, for), or a letter (h̄ with its bar)
+_TOKEN = re.compile(
+    rf"(?P<root>√)?(?P<base>{_NAME}|\d+|\S)"
+    r"(?:_(?:\{(?P<sub_group>[^}]*)\}|(?P<sub>[A-Za-z0-9α-ω]+′?)))?"
+    r"(?:\^(?:\{(?P<sup_group>[^}]*)\}|(?P<sup>[A-Za-z0-9]))|(?P<mark>[ᵀ²′]))?"
+)
 
 
-def _math(*rows: str) -> str:
-    lines = "".join(f"<mtr><mtd>{row}</mtd></mtr>" for row in rows)
+def _atom(text: str) -> str:
+    """One name, number or operator."""
+    escaped = html.escape(text)
+    if text.isdigit():
+        return f"<mn>{escaped}</mn>"
+    if text in _WORDS:
+        return f"<mspace width='0.4em'/><mtext>{escaped}</mtext><mspace width='0.4em'/>"
+    if re.fullmatch(_NAME, text):
+        return f"<mi>{escaped}</mi>"
+    return f"<mo>{escaped}</mo>"
+
+
+def _script(text: str) -> str:
+    """A subscript or superscript: names, numbers and operators in a row."""
+    return "<mrow>" + "".join(_atom(part) for part in re.findall(rf"{_NAME}|\d+|\S", text)) + "</mrow>"
+
+
+def row_mathml(row: str) -> str:
+    """One equation row (as ``EQUATIONS`` writes it) as a MathML ``<mrow>``."""
+    out = []
+    for match in _TOKEN.finditer(row):
+        parts: dict[str, Any] = match.groupdict()
+        base = _atom(parts["base"])
+        sub = parts["sub_group"] if parts["sub_group"] is not None else parts["sub"]
+        sup = parts["sup_group"] if parts["sup_group"] is not None else parts["sup"]
+        if parts["mark"]:
+            sup = parts["mark"]
+        sup_ml = None if sup is None else _MARKS.get(sup) or _script(sup)
+        element = "munder" if parts["base"] == "Σ" else "msub"
+        if sub is not None and sup_ml is not None:
+            base = f"<msubsup>{base}{_script(sub)}{sup_ml}</msubsup>"
+        elif sub is not None:
+            base = f"<{element}>{base}{_script(sub)}</{element}>"
+        elif sup_ml is not None:
+            base = f"<msup>{base}{sup_ml}</msup>"
+        out.append(f"<msqrt>{base}</msqrt>" if parts["root"] else base)
+    return "<mrow>" + "".join(out) + "</mrow>"
+
+
+def equation_mathml(mechanism: str, options: dict[str, Any] | None = None) -> str | None:
+    """The MathML of a built-in mechanism (its canonical name, built with ``options``), one table
+    row per equation; None for any other name."""
+    rows = mechanism_equations(mechanism, options)
+    if rows is None:
+        return None
+    lines = "".join(f"<mtr><mtd columnalign='left'>{row_mathml(row)}</mtd></mtr>" for row in rows)
     return f'<math xmlns="http://www.w3.org/1998/Math/MathML" display="block"><mtable>{lines}</mtable></math>'
-
-
-_LOCAL_WINDOW = ("<mrow><mtext>only</mtext><mspace width='0.3em'/><mo>|</mo><mi>s</mi><mo>&#x2212;</mo>"
-                 "<msub><mi>p</mi><mi>t</mi></msub><mo>|</mo><mo>&#x2264;</mo><mi>D</mi></mrow>")
-
-#: canonical mechanism name -> MathML of its equations
-MATHML = {
-    "dot": _math(f"<mrow>{_E}<mo>=</mo>{_H}{_T}{_HS}</mrow>", _SOFTMAX, _CONTEXT),
-    "general": _math(f"<mrow>{_E}<mo>=</mo>{_H}{_T}<msub><mi>W</mi><mi>a</mi></msub>{_HS}</mrow>", _SOFTMAX,
-                     _CONTEXT),
-    "scaled_dot": _math(f"<mrow>{_E}<mo>=</mo><mfrac><mrow><mo>(</mo><msub><mi>W</mi><mi>q</mi></msub>{_H}<mo>)</mo>"
-                        f"{_T}<mo>(</mo><msub><mi>W</mi><mi>k</mi></msub>{_HS}<mo>)</mo></mrow>"
-                        "<msqrt><mi>d</mi></msqrt></mfrac></mrow>", _SOFTMAX, _CONTEXT),
-    "additive": _math(f"<mrow>{_E}<mo>=</mo><msubsup><mi>v</mi><mi>a</mi><mo>&#x22A4;</mo></msubsup><mi>tanh</mi>"
-                      f"<mo>(</mo><msub><mi>W</mi><mi>a</mi></msub>{_H}<mo>+</mo><msub><mi>U</mi><mi>a</mi></msub>"
-                      f"{_HS}<mo>)</mo></mrow>", _SOFTMAX, _CONTEXT),
-    "mean": _math(f"<mrow>{_ALPHA}<mo>=</mo><mfrac><mn>1</mn><mi>S</mi></mfrac></mrow>", _CONTEXT),
-    "local-m": _math(f"<mrow><msub><mi>p</mi><mi>t</mi></msub><mo>=</mo><mi>t</mi><mo>,</mo><mspace width='1em'/>"
-                     f"{_E}<mo>=</mo>{_H}{_T}<msub><mi>W</mi><mi>a</mi></msub>{_HS}</mrow>",
-                     f"<mrow>{_SOFTMAX}<mspace width='1em'/>{_LOCAL_WINDOW}</mrow>", _CONTEXT),
-    "local-p": _math("<mrow><msub><mi>p</mi><mi>t</mi></msub><mo>=</mo><mi>S</mi><mo>&#x22C5;</mo><mi>&#x3C3;</mi>"
-                     "<mo>(</mo><msubsup><mi>v</mi><mi>p</mi><mo>&#x22A4;</mo></msubsup><mi>tanh</mi><mo>(</mo>"
-                     f"<msub><mi>W</mi><mi>p</mi></msub>{_H}<mo>)</mo><mo>)</mo></mrow>",
-                     f"<mrow>{_ALPHA}<mo>=</mo><mi>softmax</mi><msub><mrow><mo>(</mo><mi>e</mi><mo>)</mo></mrow>"
-                     "<mi>s</mi></msub><mo>&#x22C5;</mo><mi>exp</mi><mo>(</mo><mo>&#x2212;</mo><mfrac><msup><mrow>"
-                     "<mo>(</mo><mi>s</mi><mo>&#x2212;</mo><msub><mi>p</mi><mi>t</mi></msub><mo>)</mo></mrow>"
-                     "<mn>2</mn></msup><mrow><mn>2</mn><msup><mi>&#x3C3;</mi><mn>2</mn></msup></mrow></mfrac>"
-                     f"<mo>)</mo><mspace width='1em'/>{_LOCAL_WINDOW}</mrow>", _CONTEXT),
-}
-
-
-def equation_mathml(mechanism: str) -> str | None:
-    """The MathML of a built-in mechanism (its canonical name), None for any other."""
-    return MATHML.get(mechanism)

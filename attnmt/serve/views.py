@@ -411,12 +411,14 @@ class Views:
                 translator.translate_from_prefix(sentence, ids)
             record = seen[0]
             attention = translator.model.attention
+            model_config = translator.run_config.model
             context = record.context.float()
             return {
                 "model": served.name, "step": step, "output_piece": original.out_pieces[piece],
                 "src_pieces": list(original.src_pieces), "mechanism": type(attention).__name__,
                 "equation": (type(attention).__doc__ or "").strip().replace("``", ""),
-                "equation_mathml": equation_mathml(str(getattr(translator.run_config.model, "attention", ""))),
+                "equation_mathml": equation_mathml(str(getattr(model_config, "attention", "")),
+                                                   getattr(model_config, "attention_options", None)),
                 "scores": None if record.scores is None else [round(float(v), 4) for v in record.scores.float()],
                 "weights": [round(float(v), 4) for v in record.weights.float()],
                 "context": [round(float(v), 4) for v in context[:16]], "context_size": int(context.numel()),
