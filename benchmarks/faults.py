@@ -23,12 +23,12 @@
    ``align-words``, ``compare``, ``explore`` and ``curves``, with absurd option values. Each runs in this process
    under a time limit; each must end with a result or with a one-line error, exit status 2.
 6. Hostile files, outputs aimed at inputs, odd numbers for every numeric option, mutated files of
-   each structured format, and SIGINT / SIGTERM at random moments: ``fault_cases.py`` says how each
+   each structured format, and SIGINT / SIGTERM at random moments: ``fault_data/cases.py`` says how each
    is made. A hostile file's code would create a marker file; the marker must never appear. An
    input of a case (or a file its run needs) must hold the same bytes after it as before.
 7. Read-only folders: every writing command aimed into a folder mounted read-only (``unshare -m``,
    where the machine allows it: root ignores ``chmod``); one line, status 2, the folder unchanged.
-8. Run folders as untrusted input (``fault_untrusted.py``): a run's config.yaml edited at one key
+8. Run folders as untrusted input (``fault_data/untrusted.py``): a run's config.yaml edited at one key
    (every key, other types, path forms, a hostile spec), its checkpoints edited at one entry (their
    config, progress, format, weights, and the record of a user mechanism's code pointed at hostile
    code with its real SHA-256), and user mechanisms that misbehave in each form, at import, in their

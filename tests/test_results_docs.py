@@ -215,3 +215,15 @@ def test_the_changelog_has_the_usual_form_and_no_figures():
     figures = [m.group(0) for m in re.finditer(r"(?<![\w.§])\d+\.\d+(?![\w.])|\d+(?:\.\d+)?(?:%|×)", prose)
                if not re.fullmatch(r"0\.\d|2\.3", m.group(0))]  # versions: "until 0.3", "torch 2.3"
     assert figures == [], figures
+
+
+def test_the_top_of_benchmarks_holds_one_script_per_lasting_question_each_in_its_readme():
+    """At most 15 scripts beside the shared module, each named in benchmarks/README.md; answered
+    questions go to benchmarks/experiments/ and are named in its README."""
+    top = sorted(path.name for path in (PROJECT / "benchmarks").glob("*.py") if path.name != "common.py")
+    assert len(top) <= 15, top
+    readme = (PROJECT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert [name for name in top if f"`{name}`" not in readme] == []
+    answered = (PROJECT / "benchmarks" / "experiments" / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(path.name for path in (PROJECT / "benchmarks" / "experiments").glob("*.py"))
+    assert [name for name in scripts if f"`{name}`" not in answered] == []

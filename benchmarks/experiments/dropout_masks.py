@@ -1,6 +1,6 @@
 """What does a dropout mask cost on a CPU, and how far below it could a cheaper mask go?
 
-The training profiles (``benchmarks/utilisation.py``) put ``bernoulli_`` among the largest operators
+The training profiles (``benchmarks/experiments/utilisation.py``) put ``bernoulli_`` among the largest operators
 of a step: 0.08 of the fast RNN recipe's and 0.26 of the Transformer's. Here, for the activation
 shapes of those recipes' dropout calls, the microseconds of one forward dropout
 ``y = x · m / (1 − p)`` with the mask m drawn in four ways:

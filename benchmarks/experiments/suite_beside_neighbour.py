@@ -6,7 +6,7 @@ suite fixed its thread count (tests/conftest.py), a test that compares an interr
 with an uninterrupted one failed beside such a neighbour: attnmt's default thread count follows
 the machine's load, and the two trainings ran at different counts.
 
-    python benchmarks/suite_beside_neighbour.py --runs 5 --json benchmarks/results/faults/suite_beside_neighbour.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/suite_beside_neighbour.py --runs 5 --json benchmarks/results/faults/suite_beside_neighbour.json
 
 Stops at the first failing run. Prints a table of the runs (exit status, seconds, pytest's last
 line) and writes it as JSON with the command, the commit and the neighbour's period.
@@ -25,7 +25,7 @@ from attnmt.runtime.atomic_files import write_text_atomic
 
 from common import portable
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 
 NEIGHBOUR = """
 import sys, time
@@ -70,7 +70,7 @@ def main() -> int:
                                 text=True).stdout.strip()
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.json, json.dumps({
-            "command": portable(" ".join(["python", "benchmarks/suite_beside_neighbour.py", *sys.argv[1:]])),
+            "command": portable(" ".join(["PYTHONPATH=benchmarks", "python", "benchmarks/experiments/suite_beside_neighbour.py", *sys.argv[1:]])),
             "commit": commit, "neighbour_period_s": args.period, "runs": rows,
             "passed_in_a_row": passed if passed == len(rows) else None,
         }, indent=2) + "\n")

@@ -14,8 +14,8 @@
    own time sorted into the LSTM recurrence, matrix products, elementwise work, the optimiser and
    memory allocation; the rest of the wall time is Python and the framework around the operators.
 
-    python benchmarks/utilisation.py                       # the fast recipe, the 7.8M recipe, the Transformer
-    python benchmarks/utilisation.py configs/multi30k_rnn_fast.yaml --steps 150
+    PYTHONPATH=benchmarks python benchmarks/experiments/utilisation.py                       # the fast recipe, the 7.8M recipe, the Transformer
+    PYTHONPATH=benchmarks python benchmarks/experiments/utilisation.py configs/multi30k_rnn_fast.yaml --steps 150
 
 Run on an otherwise idle machine. Prints tables; writes benchmarks/results/utilisation.json.
 """
@@ -50,7 +50,7 @@ from attnmt.training.trainer import train_step
 
 from common import portable
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 RECIPES = ["configs/multi30k_rnn_fast.yaml", "configs/multi30k_rnn_bf16.yaml", "configs/multi30k_transformer.yaml"]
 BACKWARD = 2  # a matrix product's backward pass: the gradients of both operands
 
@@ -265,7 +265,7 @@ def main() -> int:
     print(format_table(["share of a step's time"] + [Path(r["config"]).stem for r in results],
                        [[name] + [f"{r['profile']['shares'].get(name, 0):.2f}" for r in results]
                         for name in categories]))
-    record = {"command": "python benchmarks/utilisation.py " + " ".join(sys.argv[1:]), "cpus": os.cpu_count(),
+    record = {"command": "PYTHONPATH=benchmarks python benchmarks/experiments/utilisation.py " + " ".join(sys.argv[1:]), "cpus": os.cpu_count(),
               "torch": torch.__version__, "recipes": results}
     write_text_atomic(args.json, json.dumps(portable(record), indent=2) + "\n")
     print(f"wrote {portable(args.json)}")

@@ -18,7 +18,7 @@ count, in each condition. Targets (issue: fast on a busy machine): adaptive besi
 least 0.75 of the idle speed of today's default, for training and decoding; adaptive on an idle
 machine at least 0.97 of it; beside the burst at least 0.5 of one thread's idle speed.
 
-    python benchmarks/contention.py --run RUN --json benchmarks/results/speed/contention.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/contention.py --run RUN --json benchmarks/results/speed/contention.json
 
 Needs the Multi30k files (``ATTNMT_DATA_DIR``). The machine must be otherwise idle.
 """
@@ -55,7 +55,7 @@ from attnmt.training.trainer import train_step
 
 from common import portable
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 FORMS = ("2 threads", "1 thread", "adaptive")
 CONDITIONS = ("idle", "1 busy process", "2 busy processes", "burst of short processes")
 
