@@ -126,7 +126,7 @@ def test_complex_weights_in_an_npz_are_refused(tmp_path):
         attnmt.load_attention(path)
 
 
-def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(tiny_run, tmp_path, capsys):
+def test_an_attribution_is_stored_beside_the_attention_and_merges_into_words_like_it(tiny_run, tmp_path, capsys):
     name, run = tiny_run
     suffix = ".jsonl" if name == "multihead" else ".npz"  # both formats, one run each
     path = tmp_path / f"saliency{suffix}"
@@ -138,18 +138,18 @@ def test_saliency_is_stored_beside_the_attention_and_merges_into_words_like_it(t
     translator = Translator.load(run, num_threads=1)
     expected = translator.read_attributions(translator.translate(SENTENCES), AttributionOptions("integrated", steps=8))
     for record, scores in zip(records, expected):
-        assert record.saliency_method == "integrated gradients (8 steps)"
-        assert record.saliency.dtype == np.float32 and np.array_equal(record.saliency, scores)  # exact
-        words = record.word_saliency()  # summed over a source word's pieces and over an output word's
+        assert record.attribution_method == "integrated gradients (8 steps)"
+        assert record.attribution.dtype == np.float32 and np.array_equal(record.attribution, scores)  # exact
+        words = record.word_attribution()  # summed over a source word's pieces and over an output word's
         src_words = np.eye(len(record.src_words))[record.src_word_of_piece]  # [S, S']
         out_words = np.eye(len(record.out_words))[record.out_word_of_piece]  # [T, T']
-        np.testing.assert_allclose(words, out_words.T @ record.saliency @ src_words, atol=1e-5)
+        np.testing.assert_allclose(words, out_words.T @ record.attribution @ src_words, atol=1e-5)
     plain = tmp_path / f"plain{suffix}"
     assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(plain)]) == 0
     [record] = attnmt.load_attention(plain)
-    assert record.saliency is None and record.saliency_method is None
-    with pytest.raises(ValueError, match="no saliency"):
-        record.word_saliency()
+    assert record.attribution is None and record.attribution_method is None
+    with pytest.raises(ValueError, match="no attribution"):
+        record.word_attribution()
 
 
 def test_saliency_options_are_checked_before_any_work(tiny_run, tmp_path, capsys):
@@ -172,4 +172,40 @@ def test_the_old_names_of_the_attribution_options_still_work_and_warn(tiny_run, 
     assert "--saliency-steps is deprecated; use --attribution-steps" in capsys.readouterr().err
     assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(new), "--attribution", "integrated",
                      "--attribution-steps", "3", "--threads", "1"]) == 0
-    assert np.array_equal(attnmt.load_attention(old)[0].saliency, attnmt.load_attention(new)[0].saliency)
+    assert np.array_equal(attnmt.load_attention(old)[0].attribution, attnmt.load_attention(new)[0].attribution)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
+def test_a_file_of_format_1_loads_and_its_record_answers_to_the_old_names_with_a_warning(tiny_run, tmp_path, suffix):
+    """Up to 0.3.0 the attribution was stored as "saliency" (saliency_K in an archive) under format
+    1: such a file loads into the same record, and record.saliency still answers, and warns."""
+    import json
+    import zipfile
+
+    run = tiny_run[1]
+    new = tmp_path / f"new{suffix}"
+    assert cli_main(["translate", str(run), "Ein Hund.", "--attention-out", str(new), "--attribution", "gradient",
+                     "--threads", "1"]) == 0
+    old = tmp_path / f"old{suffix}"
+    if suffix == ".jsonl":
+        values = json.loads(new.read_text(encoding="utf-8"))
+        values["format"] = "attnmt-attention/1"
+        values["saliency"], values["saliency_method"] = values.pop("attribution"), values.pop("attribution_method")
+        old.write_text(json.dumps(values) + "\n", encoding="utf-8")
+    else:
+        with np.load(new, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+        arrays["format"] = np.array("attnmt-attention/1")
+        arrays["saliency_0"] = arrays.pop("attribution_0")
+        described = json.loads(str(arrays["records"]))
+        for record in described:
+            record["saliency_method"] = record.pop("attribution_method")
+        arrays["records"] = np.array(json.dumps(described))
+        np.savez_compressed(old, **arrays)
+        assert zipfile.is_zipfile(old)
+    [then], [now] = attnmt.load_attention(old), attnmt.load_attention(new)
+    assert np.array_equal(then.attribution, now.attribution) and then.attribution_method == now.attribution_method
+    with pytest.warns(DeprecationWarning, match="AttentionRecord.saliency is deprecated"):
+        assert np.array_equal(then.saliency, now.attribution)
+    with pytest.warns(DeprecationWarning, match="word_saliency"):
+        assert np.array_equal(then.word_saliency(), now.word_attribution())

@@ -42,7 +42,7 @@ Layers and heads are numbered from 1 like in the viewer ("layer 2 / head 1"); ne
 count from the end (−1 = last).
 
 Saliency instead of attention (``saliency=``, ``attnmt align --saliency METHOD``): the gradient
-saliency of each target piece on the source pieces (``attnmt.models.saliency``) replaces the
+saliency of each target piece on the source pieces (``attnmt.attribution``) replaces the
 weights, as one matrix [1, 1, n + 1, m + 1] after ``saliency_weights``; the rest of the pipeline
 is the same (Ding, Xu and Koehn, 2019, read alignments from saliency this way).
 

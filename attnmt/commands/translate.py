@@ -115,7 +115,7 @@ def _translate_arguments(args: argparse.Namespace, translator, plot_paths: list[
     for translation in translations:
         print(translation.output)
     if args.attention_out is not None:
-        save_attention(attention_records(translator, translations, saliency=args.saliency_options),
+        save_attention(attention_records(translator, translations, attribution=args.saliency_options),
                        args.attention_out)
         print(f"wrote {args.attention_out}", file=sys.stderr)
     for translation, path in zip(translations, plot_paths):
@@ -148,7 +148,7 @@ def _translate_stdin(args: argparse.Namespace, translator) -> int:
         sys.stdout.flush()
         if args.attention_out is not None:
             records.extend(attention_records(translator, translations, [first + k for k in keep],
-                                             saliency=args.saliency_options))
+                                             attribution=args.saliency_options))
 
     chunk: list[str | None] = []
     bad_lines = 0

@@ -96,7 +96,7 @@ class BaseTranslator(ABC):
     @property
     @abstractmethod
     def attributed_model(self) -> torch.nn.Module:
-        """The module saliency and the attributions read (``attnmt.models.saliency``): attnmt's own
+        """The module saliency and the attributions read (``attnmt.attribution``): attnmt's own
         model, or a Hugging Face model's read-out."""
 
     @abstractmethod

@@ -64,7 +64,7 @@ class HFReadout(torch.nn.Module):
     @property
     def source_token_embedding(self) -> torch.nn.Module:
         """The encoder's token table (a Marian model shares it with the decoder; the encoder calls
-        it first), whose output saliency is taken against (``attnmt.models.saliency``)."""
+        it first), whose output saliency is taken against (``attnmt.attribution``)."""
         return self.model.get_encoder().embed_tokens
 
     @property

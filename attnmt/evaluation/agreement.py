@@ -1,5 +1,5 @@
 """Does a translator's attention agree with its gradients? Agreement between the attention of
-each output word over the source and its gradient saliency (``attnmt.models.saliency``).
+each output word over the source and its gradient saliency (``attnmt.attribution``).
 
 Both are read by force-decoding the translator's own output, and merged from pieces into words
 by the one rule of ``attnmt.data.pieces`` (summed over a source word's pieces, averaged over an

@@ -11,7 +11,7 @@ m(x) = log p(y_t | y_<t, x)::
     sufficiency_k(t)       = m(x) − m(r_k(t))            keeping only them should be enough
 
 A word is removed by replacing its pieces with the unknown piece, the one definition of removal
-shared with the ``erasure`` attribution (``attnmt.models.attribution``). k runs over two sets of
+shared with the ``erasure`` attribution (``attnmt.attribution``). k runs over two sets of
 bins: k = 1, 2, 3 words, and 10, 20, 30 and 50% of the source words (⌈p · W⌉, at least one, W the
 sentence's words); each bin's k is at most W. The area over the perturbation curve (AOPC) is the
 mean over a set's bins; a sentence's figure is the mean over its output tokens. Higher

@@ -346,7 +346,7 @@ class RNNSeq2Seq(nn.Module):
 
     @property
     def source_token_embedding(self) -> nn.Module:
-        """The source embedding table, whose output saliency is taken against (``models.saliency``)."""
+        """The source embedding table, whose output saliency is taken against (``attnmt.attribution``)."""
         return self.src_embedding
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> RNNEncoderOutput:

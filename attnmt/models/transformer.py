@@ -507,7 +507,7 @@ class Transformer(nn.Module):
     @property
     def source_token_embedding(self) -> nn.Module:
         """The source token table (shared with the target's when ``share_embeddings``; the encoder
-        calls it first), whose output saliency is taken against (``models.saliency``)."""
+        calls it first), whose output saliency is taken against (``attnmt.attribution``)."""
         return self.source_embeddings.tokens
 
     @property

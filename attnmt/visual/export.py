@@ -11,12 +11,12 @@ Every translated sentence becomes one ``AttentionRecord``:
     weights [L, h, T, S] float32   the cross-attention of decoder layer l and head j: row t is
                                    output piece t, column s source piece s; every row sums to 1
                                    over the S source positions (there is no padding)
-    saliency [T, S] float32        only when asked for (``--saliency METHOD``): the gradient
-                                   saliency of output piece t on source piece s
-                                   (``attnmt.models.saliency``); None otherwise
-    saliency_method                how it was read, e.g. "integrated gradients (50 steps)"
+    attribution [T, S] float32     only when asked for (``--attribution METHOD``): the
+                                   attribution (e.g. gradient saliency) of output piece t to
+                                   source piece s (``attnmt.attribution``); None otherwise
+    attribution_method             how it was read, e.g. "integrated gradients (50 steps)"
     attributions                   only from ``attnmt explain``: {method: [T, S] float32}, every
-                                   attribution it measured (``attnmt.models.attribution``)
+                                   attribution it measured (``attnmt.attribution``)
     explanation                    only from ``attnmt explain``: its figures for the sentence
                                    (comprehensiveness, sufficiency, the random baseline, the
                                    agreement with attention, counterfactual attention), as JSON
@@ -30,11 +30,15 @@ Two formats, chosen by the file's suffix:
 
 - ``.npz``: a NumPy archive (read without pickle): ``format``, ``records`` (the JSON list of the
   records without their weights) and ``weights_K`` for record K, shape [L, h, T, S]
-  (``saliency_K`` [T, S] beside it when there is saliency, ``attribution_K_M`` [T, S] for each
-  attribution M the record names in ``attribution_methods``).
+  (``attribution_K`` [T, S] beside it when there is an attribution, ``attribution_K_M`` [T, S] for
+  each attribution M the record names in ``attributions``).
 - ``.jsonl``: one JSON object a line, with ``format``, ``shape`` [L, h, T, S], ``axes`` and
-  ``weights`` as nested lists (the float32 values written exactly), ``saliency`` [T, S] when
-  there is saliency, and ``attributions`` {method: [T, S]} when there are attributions.
+  ``weights`` as nested lists (the float32 values written exactly), ``attribution`` [T, S] when
+  there is one, and ``attributions`` {method: [T, S]} when there are attributions.
+
+Format 2 (0.3.1) names the attribution ``attribution`` and ``attribution_method``; format 1 (up to
+0.3.0) named them ``saliency`` and ``saliency_method`` (``saliency_K`` in an archive). Both load;
+``record.saliency``, ``record.saliency_method`` and ``record.word_saliency()`` still work and warn.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -59,7 +64,9 @@ from attnmt.runtime.reading import special_file_kind
 
 __all__ = ["FORMATS", "AttentionRecord", "attention_lines", "attention_records", "load_attention", "save_attention"]
 
-FORMAT = "attnmt-attention/1"
+FORMAT = "attnmt-attention/2"
+#: the formats load_attention reads: 1 named the attribution "saliency" (up to 0.3.0)
+READABLE_FORMATS = ("attnmt-attention/1", FORMAT)
 FORMATS = (".npz", ".jsonl")
 AXES = ["layer", "head", "output piece", "source piece"]
 
@@ -78,8 +85,8 @@ class AttentionRecord:
     src_word_of_piece: list[int]
     out_word_of_piece: list[int]
     weights: np.ndarray  # [L, h, T, S]
-    saliency: np.ndarray | None = None  # [T, S]
-    saliency_method: str | None = None
+    attribution: np.ndarray | None = None  # [T, S]
+    attribution_method: str | None = None
     attributions: dict[str, np.ndarray] | None = None  # method -> [T, S]
     explanation: dict[str, Any] | None = None
 
@@ -99,20 +106,42 @@ class AttentionRecord:
         matrix = per_head.mean(axis=0) if head is None else per_head[head]
         return merge_subwords(matrix, self.src_pieces, self.out_pieces)[0]
 
-    def word_saliency(self) -> np.ndarray:
+    def word_attribution(self) -> np.ndarray:
         """[T', S'] over output and source words: summed over a source word's pieces and over an
         output word's pieces (a word's log-probability is the sum of its pieces'). ValueError when
         there is none."""
-        if self.saliency is None:
-            raise ValueError("this record has no saliency (translate with --saliency METHOD)")
-        return merge_subwords(self.saliency, self.src_pieces, self.out_pieces, output_words="sum")[0]
+        if self.attribution is None:
+            raise ValueError("this record has no attribution (translate with --attribution METHOD)")
+        return merge_subwords(self.attribution, self.src_pieces, self.out_pieces, output_words="sum")[0]
+
+    @property
+    def saliency(self) -> np.ndarray | None:
+        """Deprecated (removed in 0.4): ``attribution``."""
+        _deprecated("saliency", "attribution")
+        return self.attribution
+
+    @property
+    def saliency_method(self) -> str | None:
+        """Deprecated (removed in 0.4): ``attribution_method``."""
+        _deprecated("saliency_method", "attribution_method")
+        return self.attribution_method
+
+    def word_saliency(self) -> np.ndarray:
+        """Deprecated (removed in 0.4): ``word_attribution``."""
+        _deprecated("word_saliency()", "word_attribution()")
+        return self.word_attribution()
 
     def describe(self) -> dict[str, Any]:
-        """Everything but the weights and the saliency, as JSON-ready values."""
+        """Everything but the weights and the attribution, as JSON-ready values."""
         values = asdict(self)
-        del values["weights"], values["saliency"]
+        del values["weights"], values["attribution"]
         values["attributions"] = None if self.attributions is None else list(self.attributions)
         return values
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"AttentionRecord.{old} is deprecated; use AttentionRecord.{new}", DeprecationWarning,
+                  stacklevel=3)
 
 
 def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -125,15 +154,15 @@ def _words(pieces: Sequence[str]) -> tuple[list[str], list[int]]:
 
 def attention_records(
     translator, translations: Sequence, indices: Sequence[int] | None = None,
-    saliency: AttributionOptions | None = None,
+    attribution: AttributionOptions | None = None,
 ) -> list[AttentionRecord]:
     """An AttentionRecord for each of ``translations`` (``Translator.translate``'s results), with
     every layer's and head's weights force-decoded (``translator.read_attention``) and, with
-    ``saliency``, the saliency it says (``translator.read_attributions``). ``indices`` numbers the
-    records (default 0, 1, ...), e.g. with the input line each came from."""
+    ``attribution``, the attribution it says (``translator.read_attributions``). ``indices``
+    numbers the records (default 0, 1, ...), e.g. with the input line each came from."""
     indices = range(len(translations)) if indices is None else indices
-    scores = translator.read_attributions(translations, saliency) if saliency is not None and translations else \
-        [None] * len(translations)
+    scores = translator.read_attributions(translations, attribution) if attribution is not None and translations \
+        else [None] * len(translations)
     records = []
     for index, translation, weights, matrix in zip(indices, translations, translator.read_attention(translations),
                                                    scores):
@@ -144,8 +173,8 @@ def attention_records(
             src_pieces=list(translation.src_pieces), out_pieces=list(translation.out_pieces),
             src_words=src_words, out_words=out_words, src_word_of_piece=src_word_of_piece,
             out_word_of_piece=out_word_of_piece, weights=weights.astype(np.float32),
-            saliency=None if matrix is None else matrix.astype(np.float32),
-            saliency_method=None if saliency is None else saliency.describe(),
+            attribution=None if matrix is None else matrix.astype(np.float32),
+            attribution_method=None if attribution is None else attribution.describe(),
         ))
     return records
 
@@ -175,8 +204,8 @@ def save_attention(records: Sequence[AttentionRecord], path: str | os.PathLike) 
             "format": np.array(FORMAT),
             "records": np.array(json.dumps([record.describe() for record in records], ensure_ascii=False)),
             **{f"weights_{number}": record.weights for number, record in enumerate(records)},
-            **{f"saliency_{number}": record.saliency for number, record in enumerate(records)
-               if record.saliency is not None},
+            **{f"attribution_{number}": record.attribution for number, record in enumerate(records)
+               if record.attribution is not None},
             **{f"attribution_{number}_{method}": matrix for number, record in enumerate(records)
                for method, matrix in (record.attributions or {}).items()},
         }
@@ -195,15 +224,17 @@ def attention_lines(records: Sequence[AttentionRecord]) -> str:
     for record in records:
         values = {"format": FORMAT, **record.describe(), "shape": list(record.weights.shape), "axes": AXES,
                   "weights": record.weights.tolist()}
-        if record.saliency is not None:
-            values["saliency"] = record.saliency.tolist()
+        if record.attribution is not None:
+            values["attribution"] = record.attribution.tolist()
         if record.attributions is not None:
             values["attributions"] = {method: matrix.tolist() for method, matrix in record.attributions.items()}
         lines.append(json.dumps(values, ensure_ascii=False) + "\n")
     return "".join(lines)
 
 
-_OPTIONAL_FIELDS = ("saliency", "saliency_method", "attributions", "explanation")
+_OPTIONAL_FIELDS = ("attribution", "attribution_method", "attributions", "explanation")
+#: format 1's names of the attribution's keys (up to 0.3.0) -> format 2's
+_FORMAT_1_KEYS = {"saliency": "attribution", "saliency_method": "attribution_method"}
 
 
 _TEXT_FIELDS = ("source", "output")
@@ -233,9 +264,9 @@ def _check_fields(values: Any, where: str) -> None:
                 or not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(words) for k in owners)):
             raise DataError(f"{where}: {side}_word_of_piece must give, for each of the {len(pieces)} pieces, the "
                             f"number of its word (0 to {len(words) - 1})")
-    method = values.get("saliency_method")
+    method = values.get("attribution_method")
     if method is not None and not isinstance(method, str):
-        raise DataError(f"{where}: saliency_method must be a string or null, got {method!r:.80}")
+        raise DataError(f"{where}: attribution_method must be a string or null, got {method!r:.80}")
     explanation = values.get("explanation")
     if explanation is not None and not isinstance(explanation, dict):
         raise DataError(f"{where}: explanation must be a mapping or null")
@@ -266,22 +297,31 @@ def _attributions(found: Any, where: str) -> dict[str, np.ndarray] | None:
     return {method: _real_array(matrix, f"the {method} attributions", where) for method, matrix in found.items()}
 
 
-def _record(values: Any, weights: Any, saliency: Any, where: str, attributions: Any = None) -> AttentionRecord:
+def _current_keys(values: Any) -> Any:
+    """A record's values with format 1's keys (``saliency``, ``saliency_method``) under format 2's names."""
+    if not isinstance(values, dict):
+        return values
+    return {_FORMAT_1_KEYS.get(key, key): value for key, value in values.items()}
+
+
+def _record(values: Any, weights: Any, attribution: Any, where: str, attributions: Any = None) -> AttentionRecord:
+    values = _current_keys(values)
     _check_fields(values, where)
     weights = _real_array(weights, "the weights", where)
     if weights.size and not (weights.min() >= 0 and weights.max() <= 1 + 1e-4):
         raise DataError(f"{where}: the weights must lie in [0, 1] (attention weights), found "
                         f"{float(weights.min()):.3g} to {float(weights.max()):.3g}")
-    saliency = None if saliency is None else _real_array(saliency, "the saliency values", where)
+    attribution = None if attribution is None else _real_array(attribution, "the attribution values", where)
     record = AttentionRecord(**{key: values[key] for key in AttentionRecord.__dataclass_fields__
                                 if key not in ("weights", *_OPTIONAL_FIELDS)},
-                             weights=weights, saliency=saliency, saliency_method=values.get("saliency_method"),
+                             weights=weights, attribution=attribution,
+                             attribution_method=values.get("attribution_method"),
                              attributions=_attributions(attributions, where), explanation=values.get("explanation"))
     shape = (len(record.out_pieces), len(record.src_pieces))
     if weights.ndim != 4 or weights.shape[2:] != shape:
         raise DataError(f"{where}: weights of shape {list(weights.shape)}, expected [L, h, {shape[0]}, {shape[1]}]")
-    if saliency is not None and saliency.shape != shape:
-        raise DataError(f"{where}: saliency of shape {list(saliency.shape)}, expected [{shape[0]}, {shape[1]}]")
+    if attribution is not None and attribution.shape != shape:
+        raise DataError(f"{where}: attribution of shape {list(attribution.shape)}, expected [{shape[0]}, {shape[1]}]")
     for method, matrix in (record.attributions or {}).items():
         if matrix.shape != shape:
             raise DataError(f"{where}: {method} attributions of shape {list(matrix.shape)}, "
@@ -299,6 +339,14 @@ def _archived_attributions(archive: Any, number: int, values: Any) -> dict[str, 
     return {method: archive[f"attribution_{number}_{method}"] for method in methods}
 
 
+def _archived_attribution(archive: Any, number: int) -> Any:
+    """Record ``number``'s attribution array of an .npz archive (format 1 named it saliency_K), or None."""
+    for key in (f"attribution_{number}", f"saliency_{number}"):
+        if key in archive:
+            return archive[key]
+    return None
+
+
 def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
     """Read a file written by ``attnmt translate --attention-out`` (.npz or .jsonl); DataError,
     naming the file (and line), when it is missing or not such a file."""
@@ -308,13 +356,12 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
     if path.suffix.lower() == ".npz":
         try:
             with np.load(path, allow_pickle=False) as archive:
-                if "format" not in archive or str(archive["format"]) != FORMAT:
+                if "format" not in archive or str(archive["format"]) not in READABLE_FORMATS:
                     raise DataError(f"{path}: not an attention file of attnmt (no format {FORMAT!r})")
                 described = json.loads(str(archive["records"]))
                 if not isinstance(described, list):
                     raise DataError(f"{path}: not an attention file of attnmt (its records are not a list)")
-                return [_record(values, archive[f"weights_{number}"],
-                                archive[f"saliency_{number}"] if f"saliency_{number}" in archive else None,
+                return [_record(values, archive[f"weights_{number}"], _archived_attribution(archive, number),
                                 f"{path}: record {number}", _archived_attributions(archive, number, values))
                         for number, values in enumerate(described)]
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
@@ -330,10 +377,10 @@ def load_attention(path: str | os.PathLike) -> list[AttentionRecord]:
                         values = json.loads(line)
                     except json.JSONDecodeError as error:
                         raise DataError(f"{path}, line {number}: not JSON ({error.msg})") from None
-                    if not isinstance(values, dict) or values.get("format") != FORMAT:
+                    if not isinstance(values, dict) or values.get("format") not in READABLE_FORMATS:
                         raise DataError(f"{path}, line {number}: not an attention record of attnmt "
                                         f"(no format {FORMAT!r})")
-                    records.append(_record(values, values.get("weights"), values.get("saliency"),
+                    records.append(_record(values, values.get("weights"), _current_keys(values).get("attribution"),
                                            f"{path}, line {number}", values.get("attributions")))
             except UnicodeDecodeError as error:
                 raise DataError(f"{path}: not UTF-8 ({error.reason})") from None

@@ -192,7 +192,7 @@ def write_attention_viewer(
          "meta": {"bleu": 31.2, ...},                        # optional
          "saliency": [T, S], "saliency_method": str}         # optional
 
-    With ``saliency`` (signed: ``attnmt.models.saliency``) a second heatmap stands beside the
+    With ``saliency`` (signed: ``attnmt.attribution``) a second heatmap stands beside the
     attention, and the readout adds each output word's agreement of the two (rank correlation
     over the source words, and whether the top one is the same: ``attnmt.evaluation.agreement``).
 
