@@ -1,6 +1,6 @@
 """The package's layers, and the rules the layout keeps: no module imports from a layer above its
 own, matplotlib only from ``visual`` up, the top level holds only what ``TOP_LEVEL`` says, no two
-modules share a file name, the README draws the same layers, and the command line stays light.
+modules share a file name, docs/layout.md draws the same layers, and the command line stays light.
 
 This file is the rule: ``LAYERS`` lists the layers lowest first; a module may import from its own
 layer and the layers before it. An import counts wherever it stands (at the top of a module or
@@ -226,15 +226,17 @@ def test_every_package_says_what_its_layer_holds():
             assert module.path.read_text(encoding="utf-8").lstrip().startswith('"""'), name
 
 
-def test_the_readme_names_every_layer_in_order():
-    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Layout"):]
-    section = section[: section.index("\n## ", 1)]
+def test_the_layout_page_names_every_layer_in_order_and_every_module():
+    page = (PROJECT / "docs" / "layout.md").read_text(encoding="utf-8")
+    section = page[page.index("## Layers"):]
     positions = [section.index(f"attnmt/{name}/") for name in
-                 ("runtime", "attention", "data", "models", "runs", "decoding", "evaluation", "training",
-                  "alignment", "visual", "serve")]
+                 ("runtime", "attention", "data", "models", "attribution", "runs", "decoding", "evaluation",
+                  "training", "alignment", "visual", "serve", "course")]
     assert positions == sorted(positions)
     assert re.search(r"never from a later one", section)
+    for package in ("attention", "models", "evaluation"):  # the layers whose modules the page lists one by one
+        named = {path.stem for path in (PROJECT / "attnmt" / package).glob("*.py")} - {"__init__", "user"}
+        assert [name for name in sorted(named) if f"{name}.py" not in section] == [], package
 
 
 @pytest.mark.parametrize("code", ["import attnmt", "import attnmt.cli; attnmt.cli.build_parser()",

@@ -227,3 +227,12 @@ def test_the_top_of_benchmarks_holds_one_script_per_lasting_question_each_in_its
     answered = (PROJECT / "benchmarks" / "experiments" / "README.md").read_text(encoding="utf-8")
     scripts = sorted(path.name for path in (PROJECT / "benchmarks" / "experiments").glob("*.py"))
     assert [name for name in scripts if f"`{name}`" not in answered] == []
+
+
+def test_the_readme_stays_short_and_its_links_lead_to_pages_that_exist():
+    """README.md is for a new user (at most 250 lines); the reference lives in docs/, linked."""
+    text = (PROJECT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    links = re.findall(r"\]\(((?:docs|examples)/[^)#]+)", text)
+    assert {"docs/hardware.md", "docs/reading.md", "docs/layout.md"} <= set(links)
+    assert [link for link in links if not (PROJECT / link).exists()] == []
