@@ -1,3 +1,3 @@
 """The version of attnmt (read by the package, the checkpoints it writes, and the build)."""
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"

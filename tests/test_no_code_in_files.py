@@ -13,7 +13,7 @@ from attnmt.errors import DataError
 from attnmt.visual.export import load_attention
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnmt"
-EXECUTES_USER_CODE = {"attention/user.py"}  # imports the file a user names (or a run's kept copy, when trusted)
+EXECUTES_USER_CODE = {"attention/user_code.py"}  # imports the file a user names (or a run's kept copy, when trusted)
 
 
 def calls(name: str):

@@ -1,4 +1,4 @@
-"""Deprecated since 0.3.1, to be removed in 0.4: ``attnmt.attention.user`` was split in three.
+"""Deprecated since 0.3.1, removed in 0.4: ``attnmt.attention.user`` was split in three.
 
 - ``attnmt.attention.user_code``: naming a user's mechanism and importing its code;
 - ``attnmt.attention.user_adapter``: the contract, the adapter and what contains its faults;
