@@ -38,13 +38,15 @@ class AttributionMethod:
     """One attribution method: ``name`` (what options and files say), ``label`` (what a page shows:
     a format string over AttributionOptions' fields), ``module`` (where ``applies`` and ``compute``
     live), ``depends_on_output`` (whether it explains a score of the output, and so takes a foil),
-    ``settings`` (the options it reads)."""
+    ``settings`` (the options it reads), ``source_share`` (whether a row of its scores sums to the
+    share of that output piece that comes from the source, as ALTI+'s and rollout's do)."""
 
     name: str
     label: str
     module: str
     depends_on_output: bool
     settings: tuple[str, ...] = ()
+    source_share: bool = False
 
     def _home(self) -> Any:
         return importlib.import_module(self.module)
@@ -72,8 +74,8 @@ METHODS: dict[str, AttributionMethod] = {record.name: record for record in (
                       ("steps",)),
     AttributionMethod("value_norm", "value norms ‖α f(v)‖", "attnmt.attribution.value_norm", False),
     AttributionMethod("erasure", "erasure (leave one out)", "attnmt.attribution.erasure", True),
-    AttributionMethod("alti", "ALTI+ contributions", "attnmt.attribution.composition", False),
-    AttributionMethod("rollout", "attention rollout", "attnmt.attribution.composition", False),
+    AttributionMethod("alti", "ALTI+ contributions", "attnmt.attribution.composition", False, source_share=True),
+    AttributionMethod("rollout", "attention rollout", "attnmt.attribution.composition", False, source_share=True),
 )}
 NAMES: tuple[str, ...] = tuple(METHODS)
 #: the search's own attention, which ``attnmt explain`` and the pages set beside the attributions

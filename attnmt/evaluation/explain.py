@@ -58,8 +58,8 @@ __all__ = ["ATTENTION", "DEFAULT_METHODS", "EXPLAIN_METHODS", "Contrast", "Expla
 
 #: what ``attnmt explain --methods`` takes
 EXPLAIN_METHODS = (ATTENTION, *NAMES)
-#: the methods whose scores hold the source's share of each output piece
-SHARE_METHODS = ("alti", "rollout")
+#: the methods whose scores hold the source's share of each output piece (the registry says which)
+SHARE_METHODS = tuple(name for name, record in METHODS.items() if record.source_share)
 
 
 @dataclass(frozen=True)
