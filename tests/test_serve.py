@@ -323,6 +323,29 @@ def test_a_person_types_a_sentence_and_sees_every_model_attend(server, browser, 
     assert not browser.errors()
 
 
+@pytest.mark.slow
+def test_a_person_asks_why_the_translation_has_its_word_and_not_an_alternatives(server, browser):
+    """The n-best list's "why ... and not ...?" button, clicked in Chromium: a contrastive
+    explanation of the first piece where the alternative differs, with its faithfulness."""
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    browser.open(url)
+    browser.wait_for("document.documentElement.dataset.ready === 'true'")
+    browser.choose("#beam", "4")
+    browser.choose("#n-best", "4")
+    browser.type_into("#sentence", SENTENCE)
+    browser.click("#translate")
+    panel = ".panel[data-model='run']"
+    browser.wait_for(f"document.querySelector(\"{panel} .why-not\") !== null")
+    asked = browser.evaluate(f"document.querySelector(\"{panel} .why-not\").textContent")
+    browser.click(f"{panel} .why-not")
+    browser.wait_for(f"document.querySelector(\"{panel} .contrast\") !== null")
+    shown = browser.evaluate(f"document.querySelector(\"{panel} .contrast\").textContent")
+    assert asked.split("?")[0] in shown and " − log p(" in shown, (asked, shown)
+    assert "on the contrast" in shown and "random" in shown
+    assert browser.evaluate(f"document.querySelectorAll(\"{panel} .contrast svg\").length") == 1
+    assert not browser.errors()
+
+
 def test_a_gold_split_gives_examples_with_their_links(runs, tmp_path):
     from attnmt.serve.models import gold_examples
 
