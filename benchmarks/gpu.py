@@ -46,10 +46,10 @@ from torch.profiler import ProfilerActivity, profile
 from attnmt.data import batch_indices, collate
 from attnmt.data.data_config import load_split
 from attnmt.decoding.translator import Translator
-from attnmt.evaluation.evaluate import data_of_run
 from attnmt.evaluation.scores import likelihood_sums
 from attnmt.models import build_model
 from attnmt.models.common import count_parameters
+from attnmt.runs.folder import data_of_run
 from attnmt.runs.run_config import load_config
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.precision import grad_scaler

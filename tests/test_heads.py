@@ -1,7 +1,8 @@
-"""Every head of a translator, named one way and switched off one way (attnmt.models.heads)."""
+"""Every head of a translator, named one way and switched off one way (attnmt.models.head_gates)."""
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 
 import pytest
@@ -9,7 +10,15 @@ import torch
 
 from attnmt.errors import ConfigError
 from attnmt.models import build_model
-from attnmt.models.heads import Head, attention_slots, gated_heads, head_count, head_means, masked_heads, parse_heads
+from attnmt.models.head_gates import (
+    Head,
+    attention_slots,
+    gated_heads,
+    head_count,
+    head_means,
+    masked_heads,
+    parse_heads,
+)
 
 TRANSFORMER = {"type": "transformer", "d_model": 12, "num_heads": 3, "ffn_dim": 16, "encoder_layers": 2,
                "decoder_layers": 2, "dropout": 0.0}
@@ -233,3 +242,82 @@ def test_masking_a_hugging_face_model_through_hooks_equals_zeroing_its_heads_col
         plain = hf_logits(model, src, src_mask, tgt_in)
     torch.testing.assert_close(hooked, expected, rtol=0, atol=1e-12)
     assert not torch.allclose(plain, expected)
+
+
+# ---- attnmt heads, and --mask-heads on the commands ------------------------------------------------
+
+
+def test_attnmt_heads_switches_each_head_off_and_its_delta_loss_is_the_masked_loss_minus_the_plain(
+        tiny_run, tmp_path, capsys):
+    from attnmt.cli import main as cli_main
+    from attnmt.decoding.translator import Translator
+    from attnmt.evaluation.heads import mean_nll, probe_of_run
+
+    name, run = tiny_run
+    plot = tmp_path / "heads.png"
+    assert cli_main(["heads", str(run), "--sentences", "5", "--json", "--threads", "1", "--plot", str(plot)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    translator = Translator.load(run, num_threads=1)
+    model = translator.attributed_model
+    assert len(report["heads"]) == sum(layers * heads for layers, heads in head_count(model).values())
+    assert report["sentences"] == 5 and plot.stat().st_size > 5_000
+    probe = probe_of_run(translator, run, "valid", 5)
+    plain = mean_nll(translator, probe)
+    assert report["loss"] == pytest.approx(plain, abs=1e-9)
+    first = report["heads"][0]
+    with masked_heads(model, [Head(first["part"], first["layer"] - 1, first["head"] - 1)]):
+        assert first["delta_loss"] == pytest.approx(mean_nll(translator, probe) - plain, abs=1e-9)
+    for row in report["heads"]:
+        assert 0 <= row["confidence"] <= 1 and 0 <= row["sink"] <= 1 and row["importance"] >= 0
+        assert (row["position"] is None) == (row["part"] == "cross")
+        assert (row["rare"] is None) == (row["part"] != "encoder_self")
+
+
+def test_translate_with_mask_heads_decodes_as_the_masked_model_and_a_bad_spec_is_one_line(tiny_run, capsys):
+    from attnmt.cli import main as cli_main
+    from attnmt.decoding.translator import Translator
+
+    name, run = tiny_run
+    spec = "cross:1:*"
+    assert cli_main(["translate", str(run), "Ein Hund läuft .", "--mask-heads", spec, "--threads", "1"]) == 0
+    printed = capsys.readouterr()
+    translator = Translator.load(run, num_threads=1)
+    with masked_heads(translator.model, parse_heads(spec, translator.model)):
+        expected = translator.translate(["Ein Hund läuft ."])[0].output
+    assert printed.out == expected + "\n" and "heads switched off (zero): cross:1:1" in printed.err
+    assert cli_main(["translate", str(run), "Ein Hund.", "--mask-heads", "cross:9:1", "--threads", "1"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("attnmt translate: error: --mask-heads: 'cross:9:1': layer '9' is out of range")
+
+
+@pytest.mark.parametrize("tiny_run", ["transformer"], indirect=True)
+def test_on_a_planted_model_where_one_head_alone_carries_the_source_that_head_ranks_first(tiny_run):
+    """Every head's share of W^O is zero but cross:1:1's (made larger): only it can carry anything, so
+    it must rank first by ablation and by importance, and every other head must change nothing."""
+    from attnmt.decoding.translator import Translator
+    from attnmt.evaluation.heads import HeadProbe, head_report, probe_of_run
+
+    name, run = tiny_run
+    translator = Translator.load(run, num_threads=1)
+    model = translator.model
+    with torch.no_grad():
+        for slot in attention_slots(model):
+            for head in range(slot.heads):
+                columns = slice(head * slot.head_dim, (head + 1) * slot.head_dim)
+                if (slot.part, slot.layer, head) == ("cross", 0, 0):
+                    slot.projection.weight[:, columns] *= 8
+                else:
+                    slot.projection.weight[:, columns] = 0
+    probe = probe_of_run(translator, run, "valid", 5)
+    own = [t.output for t in translator.translate(probe.sources)]  # the outputs this model is sure of
+    probe = HeadProbe(probe.sources, own, probe.src_ids,
+                      [ids + [translator.eos_id] for ids in translator.tokenizers.tgt.encode_many(own)],
+                      probe.specials, probe.src_sink, probe.tgt_sink, probe.src_counts)
+    report = head_report(translator, probe, bleu=False)
+    by_ablation = sorted(report.rows, key=lambda row: -row.delta_loss)
+    by_importance = sorted(report.rows, key=lambda row: -row.importance)
+    for ranking in (by_ablation, by_importance):
+        assert (ranking[0].part, ranking[0].layer, ranking[0].head) == ("cross", 1, 1)
+    assert by_ablation[0].delta_loss > 0.01
+    assert all(abs(row.delta_loss) < 1e-9 and row.importance == 0 for row in report.rows[1:]
+               if (row.part, row.layer, row.head) != ("cross", 1, 1))

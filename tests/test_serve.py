@@ -346,6 +346,52 @@ def test_a_person_asks_why_the_translation_has_its_word_and_not_an_alternatives(
     assert not browser.errors()
 
 
+def test_a_translation_with_heads_switched_off_is_the_masked_models_and_names_them(views):
+    """``mask_heads`` in a translate request: the model decodes with those heads off (as
+    ``attnmt translate --mask-heads`` does), the answer names them, and a SPEC that names no head of
+    the model is a 400 naming its ranges."""
+    from attnmt.models.head_gates import masked_heads, parse_heads
+
+    served = views.models["run-2"]
+    page = {model["name"]: model for model in views.models_page()["models"]}
+    from attnmt.models.head_gates import head_count
+
+    assert page["run-2"]["head_parts"] == {part: list(shape) for part, shape in
+                                           head_count(served.translator.attributed_model).items()}
+    assert set(page["run-2"]["head_parts"]) == {"encoder_self", "decoder_self", "cross"}
+    assert page["run"]["head_parts"] == {"cross": [1, 1]}
+    answer = views.translate({"sentence": SENTENCE, "models": ["run-2"], "mask_heads": "cross:*:*"})["models"][0]
+    model = served.translator.attributed_model
+    with masked_heads(model, parse_heads("cross:*:*", model)):
+        expected = served.translator.translate([SENTENCE])[0].output
+    assert answer["output"] == expected and answer["mask_heads"][0] == "cross:1:1"
+    plain = views.translate({"sentence": SENTENCE, "models": ["run-2"]})["models"][0]
+    assert plain["mask_heads"] == [] and plain["output"] == served.translator.translate([SENTENCE])[0].output
+    with pytest.raises(RequestError) as refused:
+        views.translate({"sentence": SENTENCE, "models": ["run"], "mask_heads": "encoder_self:1:1"})
+    assert refused.value.status == 400 and "this model has cross: layers 1-1, heads 1-1" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_person_switches_a_transformer_head_off_in_its_panel(server, browser):
+    """The heads grid of a Transformer's panel, clicked in Chromium: the head is marked off, the
+    panel translates again with it off, and a second click switches it on again."""
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    type_and_translate(browser, url)
+    panel = ".panel[data-model='run-2']"
+    assert browser.evaluate(f"document.querySelector(\"{panel} .head-grid\") !== null")
+    assert browser.evaluate("document.querySelector(\".panel[data-model='run'] .head-grid\") === null")  # 1 head
+    browser.evaluate(f"document.querySelector(\"{panel} details.heads\").open = true")
+    browser.click(f"{panel} button.head[data-head='cross:1:1']")
+    browser.wait_for(f"document.querySelector(\"{panel} .heads .masked\") !== null")
+    assert "cross:1:1" in browser.evaluate(f"document.querySelector(\"{panel} .heads .masked\").textContent")
+    assert browser.evaluate(f"document.querySelector(\"{panel} button.head[data-head='cross:1:1']\")"
+                            ".getAttribute('aria-pressed')") == "true"
+    browser.click(f"{panel} button.head[data-head='cross:1:1']")
+    browser.wait_for(f"document.querySelector(\"{panel} .heads .masked\") === null")
+    assert not browser.errors()
+
+
 def test_a_gold_split_gives_examples_with_their_links(runs, tmp_path):
     from attnmt.serve.models import gold_examples
 

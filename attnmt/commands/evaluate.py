@@ -27,6 +27,7 @@ from pathlib import Path
 from attnmt.commands.options import (
     add_checkpoint_option,
     add_device_option,
+    add_head_mask_options,
     add_precision_option,
     add_threads_option,
     add_trust_option,
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_option(parser)
     add_trust_option(parser)
     add_threads_option(parser)
+    add_head_mask_options(parser)
     parser.add_argument("--no-merge-pieces", action="store_true",
                         help="plot subword pieces instead of merging them into words")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -65,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.examples < 0:
         raise ConfigError(f"-n must be >= 0, got {args.examples}")
     if len(beams) > 1:
+        if args.mask_heads.strip():
+            raise ConfigError("--mask-heads: with one beam size (the beam-size table runs the whole model)")
         return _beam_table(args, [beam for beam in beams if beam is not None])
     return _single(args, beams[0])
 
@@ -77,11 +81,15 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
         args.run_dir, split=args.split, beam=beam, checkpoint=args.checkpoint, batch_size=args.batch_size,
         return_attention=args.examples > 0, progress=not args.no_progress, precision=args.precision,
         device=args.device, on_load=lambda translator: say("evaluate", translator.describe()),
-        trust_run_code=args.trust_run_code, num_threads=args.threads,
+        trust_run_code=args.trust_run_code, num_threads=args.threads, mask_heads=args.mask_heads,
+        ablation=args.ablation,
     )
     result, report = evaluation.result, evaluation.report
     run_dir = evaluation.json_path.parent
     split, beam = result.split, result.beam
+    masked = evaluation.json_path.stem.rpartition("-heads-")[2] if report.get("mask_heads") else ""
+    if masked:
+        print(f"heads switched off ({report['ablation']}): {', '.join(report['mask_heads'])}")
 
     plots = []
     for k, translation in enumerate(result.translations[: args.examples], start=1):
@@ -89,7 +97,8 @@ def _single(args: argparse.Namespace, beam: int | None) -> int:
             continue
         plots.append(plot_attention(
             translation.attention, translation.src_pieces, translation.out_pieces,
-            run_dir / "examples" / f"{split}-{k:03d}.png", title=translation.output,
+            run_dir / "examples" / f"{split}{f'-heads-{masked}' if masked else ''}-{k:03d}.png",
+            title=translation.output,
             merge_pieces=not args.no_merge_pieces,
         ))
 

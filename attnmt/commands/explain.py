@@ -36,8 +36,10 @@ from pathlib import Path
 from attnmt.commands.options import (
     add_checkpoint_option,
     add_device_option,
+    add_head_mask_options,
     add_threads_option,
     add_trust_option,
+    heads_off,
     load_translator,
     say,
     seed_value,
@@ -82,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_option(parser)
     add_trust_option(parser)
     add_threads_option(parser)
+    add_head_mask_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,8 +110,9 @@ def run(args: argparse.Namespace) -> int:
     problem = next(((label, p) for label, s in zip(labels, sentences) if (p := translator.source_problem(s))), None)
     if problem is not None:
         raise ConfigError(f"{problem[0]}: {problem[1]}")
-    translations = translator.translate(sentences, beam=args.beam, return_attention=True)
-    explanations = explain(translator, translations, methods, settings=settings)
+    with heads_off(args, translator, "explain"):
+        translations = translator.translate(sentences, beam=args.beam, return_attention=True)
+        explanations = explain(translator, translations, methods, settings=settings)
     for label, explanation in zip(labels, explanations):
         if args.json:
             print(json.dumps(explanation.to_dict(), ensure_ascii=False))

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from attnmt.attribution.methods import NAMES as ATTRIBUTION_NAMES
 from attnmt.attribution.methods import NOISE, SAMPLES, STEPS
-from attnmt.runtime.choices import DEVICES_HELP, PRECISIONS
+from attnmt.runtime.choices import DEVICES_HELP, HEAD_ABLATIONS, PRECISIONS
 
 #: the attribution options' names before 0.3 -> their names now (the old ones still work and warn)
 OLD_ATTRIBUTION_OPTIONS = {"--saliency": "--attribution", "--saliency-samples": "--attribution-samples",
@@ -133,6 +133,36 @@ def load_translator(args: argparse.Namespace):
     from attnmt.decoding.hf import HFTranslator
 
     return HFTranslator.load(hf, device=args.device or "auto")
+
+
+def add_head_mask_options(parser: Options) -> None:
+    parser.add_argument("--mask-heads", default="", metavar="SPEC",
+                        help="switch these attention heads off: a comma list of PART:LAYER:HEAD, PART one of "
+                             "encoder_self, decoder_self, cross (an RNN's heads are cross:1:H), LAYER and HEAD from "
+                             "1 or * for all, e.g. cross:2:*,encoder_self:1:3 (attnmt heads ranks them)")
+    parser.add_argument("--ablation", choices=HEAD_ABLATIONS, default="zero",
+                        help="what takes a switched-off head's place: zero (its bias stays; default), or its "
+                             "mean output over the run's first 200 validation pairs")
+
+
+def heads_off(args: argparse.Namespace, translator: Any, command: str) -> Any:
+    """The block within which ``--mask-heads`` are switched off in ``translator``'s model (a block
+    that changes nothing without it); the SPEC is checked now, and the heads named on stderr."""
+    from pathlib import Path
+
+    from attnmt.errors import ConfigError
+    from attnmt.evaluation.heads import heads_switched_off
+    from attnmt.models.head_gates import parse_heads
+
+    spec = getattr(args, "mask_heads", "") or ""
+    run = None if getattr(args, "hf", None) else getattr(args, "run_dir", None)
+    run_dir = None if run is None else Path(run) if Path(run).is_dir() else Path(run).parent
+    heads = parse_heads(spec, translator.attributed_model)
+    if heads and args.ablation == "mean" and run_dir is None:
+        raise ConfigError("--ablation mean needs a run's validation pairs; a Hugging Face model has none: use zero")
+    if heads:
+        say(command, f"{len(heads)} heads switched off ({args.ablation}): {', '.join(h.label() for h in heads)}")
+    return heads_switched_off(translator, spec, args.ablation, run_dir)
 
 
 def say(command: str, line: str) -> None:

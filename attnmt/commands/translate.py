@@ -29,11 +29,13 @@ from attnmt.commands.options import (
     add_attribution_options,
     add_checkpoint_option,
     add_device_option,
+    add_head_mask_options,
     add_hf_option,
     add_precision_option,
     add_threads_option,
     add_trust_option,
     attribution_options,
+    heads_off,
     load_translator,
     say,
 )
@@ -54,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write each sentence's pieces, words and attention weights per layer and head "
                              "[L, h, T, S] to FILE (.npz or .jsonl; read it with attnmt.load_attention)")
     add_attribution_options(parser, "with --attention-out, also store")
+    add_head_mask_options(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace existing --plot or --attention-out files")
     parser.add_argument("--no-merge-pieces", action="store_true", help="plot subword pieces, not words")
     parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="sentences decoded at once")
@@ -99,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--attribution is stored with the attention: give --attention-out FILE too")
     translator = load_translator(args)
     say("translate", translator.describe())
-    if args.sentences:
-        return _translate_arguments(args, translator, plot_paths)
-    return _translate_stdin(args, translator)
+    with heads_off(args, translator, "translate"):
+        if args.sentences:
+            return _translate_arguments(args, translator, plot_paths)
+        return _translate_stdin(args, translator)
 
 
 def _translate_arguments(args: argparse.Namespace, translator, plot_paths: list[Path]) -> int:

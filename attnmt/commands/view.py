@@ -28,10 +28,12 @@ from attnmt.commands.options import (
     add_attribution_options,
     add_checkpoint_option,
     add_device_option,
+    add_head_mask_options,
     add_hf_option,
     add_threads_option,
     add_trust_option,
     attribution_options,
+    heads_off,
     load_translator,
     say,
 )
@@ -55,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_hf_option(parser)
     add_trust_option(parser)
     add_threads_option(parser)
+    add_head_mask_options(parser)
     parser.add_argument("--src", type=Path, metavar="FILE", help="with --hf: source sentences, one a line")
     parser.add_argument("--ref", type=Path, metavar="FILE", help="with --hf: their reference translations")
     add_attribution_options(parser, "show beside each attention heatmap")
@@ -96,12 +99,14 @@ def run(args: argparse.Namespace) -> int:
                        suffixes=[".html"])
 
     count = min(args.examples, len(corpus))
-    examples = view_examples(
-        translator, corpus.src[:count], corpus.tgt[:count], beam=beam, merge_pieces=not args.pieces,
-        batch_size=args.batch_size, progress=not args.no_progress, saliency=args.saliency_options,
-    )
+    with heads_off(args, translator, "view"):
+        examples = view_examples(
+            translator, corpus.src[:count], corpus.tgt[:count], beam=beam, merge_pieces=not args.pieces,
+            batch_size=args.batch_size, progress=not args.no_progress, saliency=args.saliency_options,
+        )
     title = (f"{run_dir.name}: {config.model.type} {config.attention or ''}".rstrip()
-             + f", {split}, {'greedy search' if beam == 1 else f'beam {beam}'}")
+             + f", {split}, {'greedy search' if beam == 1 else f'beam {beam}'}"
+             + (f", heads switched off: {args.mask_heads}" if args.mask_heads.strip() else ""))
     write_attention_viewer(examples, out, title=title, overwrite=True)
     heads = len(examples[0].get("heads", {})) if examples else 0
     print(f"wrote {out}: {count} examples" + (f", {heads} attention matrices each" if heads else ""))
@@ -129,9 +134,10 @@ def _view_hf(args: argparse.Namespace) -> int:
     translator = load_translator(args)
     say("view", translator.describe())
     beam = 1 if args.beam is None else args.beam
-    examples = view_examples(translator, sources, references, beam=beam, merge_pieces=not args.pieces,
-                             batch_size=args.batch_size, progress=not args.no_progress,
-                             saliency=args.saliency_options)
+    with heads_off(args, translator, "view"):
+        examples = view_examples(translator, sources, references, beam=beam, merge_pieces=not args.pieces,
+                                 batch_size=args.batch_size, progress=not args.no_progress,
+                                 saliency=args.saliency_options)
     write_attention_viewer(examples, out, title=f"{args.hf}, {'greedy search' if beam == 1 else f'beam {beam}'}",
                            overwrite=True)
     heads = len(examples[0].get("heads", {})) if examples else 0

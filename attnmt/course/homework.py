@@ -31,9 +31,9 @@ from attnmt.attention.registry import canonical_name
 from attnmt.data import load_split
 from attnmt.decoding.translator import Translator
 from attnmt.errors import ConfigError
-from attnmt.evaluation.evaluate import data_of_run, evaluate_beam_sizes
+from attnmt.evaluation.evaluate import evaluate_beam_sizes
 from attnmt.evaluation.summary import Comparison
-from attnmt.runs.folder import beam_table_path
+from attnmt.runs.folder import beam_table_path, data_of_run
 from attnmt.runs.recipes import config_path
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.reading import read_text_bounded

@@ -7,6 +7,7 @@ Files (names in ``attnmt.runs.folder``): ``evaluate_run`` writes a run's hypothe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -14,19 +15,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnmt.data import DataConfig, ParallelCorpus, batches_for_inference, load_split
+from attnmt.data import ParallelCorpus, batches_for_inference, load_split
 from attnmt.decoding.translator import Translation, Translator
 from attnmt.errors import ConfigError
 from attnmt.evaluation.scores import PerplexityResult, Scores, corpus_scores, perplexity
 from attnmt.runs.folder import (
-    CONFIG_FILE,
     beam_table_path,
     checkpoint_path,
+    data_of_run,
     eval_json_path,
     hyps_path,
-    read_saved_config,
 )
-from attnmt.runs.run_config import RunConfig
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.outputs import check_writable_folder
 from attnmt.runtime.tables import format_table
@@ -116,19 +115,6 @@ def _open_run(run, checkpoint, split, precision, device, on_load, trust_run_code
     return path, translator, data.canonical_split(split), load_split(data, split), data.max_tokens
 
 
-def data_of_run(run_dir: Path, stored: DataConfig) -> DataConfig:
-    """The ``data`` section of the run folder's ``config.yaml`` (relative paths from the run
-    folder): a user who moves a run with its data points it there. The checkpoint's own section
-    when the folder has no ``config.yaml``."""
-    saved = read_saved_config(run_dir)
-    if saved is None:
-        return stored
-    try:
-        return RunConfig.from_dict(saved, base_dir=run_dir).data
-    except ConfigError as error:
-        raise ConfigError(f"{run_dir / CONFIG_FILE}: {error}") from None
-
-
 @dataclass
 class RunEvaluation:
     """What ``evaluate_run`` computed and wrote."""
@@ -153,26 +139,37 @@ def evaluate_run(  # noqa: PLR0913 (the options of `attnmt evaluate`, each a key
     on_load: Callable[[Translator], None] | None = None,
     trust_run_code: bool = False,
     num_threads: int | None = None,
+    mask_heads: str = "",
+    ablation: str = "zero",
 ) -> RunEvaluation:
     """Score a run folder (or checkpoint file) on ``split``; write its hyps and eval json (names in
     ``attnmt.runs.folder``). ``beam`` / ``precision`` / ``device`` None = the run's ``search`` section;
     ``on_load`` sees the translator once it is loaded (the CLI says where it runs); ``trust_run_code``
-    and ``num_threads`` (None: the count follows the machine) as for ``Translator.load``."""
+    and ``num_threads`` (None: the count follows the machine) as for ``Translator.load``.
+    ``mask_heads`` (``PART:LAYER:HEAD,...``) switches heads off (``ablation``: zero, or their mean
+    output over the validation set) for the whole evaluation; its files then end in
+    ``-heads-<8 hex digits of the heads and ablation>`` and the report names the heads."""
+    from attnmt.evaluation.heads import heads_switched_off  # it reads runs as this module does
+
     if beam is not None:
         _check_beam(beam)
     path, translator, name, corpus, max_tokens = _open_run(run, checkpoint, split, precision, device, on_load,
                                                                 trust_run_code, num_threads)
     run_dir = path.parent
     beam = translator.search_config.beam if beam is None else beam
-    result = evaluate_corpus(
-        translator, corpus, split=name, beam=beam, batch_size=batch_size,
-        max_tokens=max_tokens, return_attention=return_attention, progress=progress,
-    )
-    hyps_file = write_text_atomic(hyps_path(run_dir, name, beam, translator.precision),
+    with heads_switched_off(translator, mask_heads, ablation, run_dir) as heads:
+        result = evaluate_corpus(
+            translator, corpus, split=name, beam=beam, batch_size=batch_size,
+            max_tokens=max_tokens, return_attention=return_attention, progress=progress,
+        )
+    labels = [head.label() for head in heads]
+    variant = "heads-" + hashlib.sha256(f"{','.join(labels)};{ablation}".encode()).hexdigest()[:8] if heads else ""
+    hyps_file = write_text_atomic(hyps_path(run_dir, name, beam, translator.precision, variant),
                                   "".join(h + "\n" for h in result.hypotheses))
     report = {"run": str(run_dir), "checkpoint": path.name, **result.to_dict(), "precision": translator.precision,
-              "device": str(translator.device), "step": translator.step}
-    json_file = write_text_atomic(eval_json_path(run_dir, name, beam, translator.precision),
+              "device": str(translator.device), "step": translator.step,
+              **({"mask_heads": labels, "ablation": ablation} if heads else {})}
+    json_file = write_text_atomic(eval_json_path(run_dir, name, beam, translator.precision, variant),
                                   json.dumps(report, indent=2) + "\n")
     return RunEvaluation(report, result, translator, json_file, hyps_file)
 

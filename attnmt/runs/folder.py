@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from attnmt.attention.provenance import CodeRecord
+from attnmt.data.data_config import DataConfig
 from attnmt.errors import CheckpointError, ConfigError, ConfigMismatch
 from attnmt.runs.run_config import (
     DuplicateKeyError,
@@ -48,7 +49,8 @@ from attnmt.runtime.reading import DataTooLarge, read_text_bounded
 
 __all__ = [
     "AVERAGED", "BEST", "CONFIG_FILE", "LAST", "LOCK", "MACHINE_FIELDS", "METRICS", "RESUMABLE_CHANGES",
-    "append_metrics", "beam_table_path", "check_run_dir", "checkpoint_path", "config_differences", "eval_json_path",
+    "append_metrics", "beam_table_path", "check_run_dir", "checkpoint_path", "config_differences", "data_of_run",
+    "eval_json_path",
     "hyps_path",
     "machine_free", "read_code_summary", "read_saved_config", "resolve_resume_config", "training_finished",
     "with_old_defaults", "write_metrics", "writer_lock",
@@ -272,6 +274,19 @@ def training_finished(run_dir: str | Path) -> bool:
 # ------------------------------------------------------------------------------- evaluation files
 
 
+def data_of_run(run_dir: str | Path, stored: DataConfig) -> DataConfig:
+    """The ``data`` section of the run folder's ``config.yaml`` (relative paths from the run
+    folder): a user who moves a run with its data points it there. The checkpoint's own section
+    when the folder has no ``config.yaml``."""
+    saved = read_saved_config(run_dir)
+    if saved is None:
+        return stored
+    try:
+        return RunConfig.from_dict(saved, base_dir=Path(run_dir)).data
+    except ConfigError as error:
+        raise ConfigError(f"{Path(run_dir) / CONFIG_FILE}: {error}") from None
+
+
 def _suffix(split: str, beam: int, precision: str = "fp32") -> str:
     """``<split>`` for greedy search, ``<split>-beam<K>`` otherwise, then ``-bf16`` for a bf16 search.
     The split's name is checked to be a plain name: it may come from a hand-edited config."""
@@ -279,14 +294,21 @@ def _suffix(split: str, beam: int, precision: str = "fp32") -> str:
     return split + (f"-beam{beam}" if beam > 1 else "") + ("" if precision == "fp32" else f"-{precision}")
 
 
-def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
-    """Where ``attnmt evaluate`` keeps a run's scores on ``split`` with ``beam`` and ``precision``."""
-    return Path(run_dir) / f"eval-{_suffix(split, beam, precision)}.json"
+def eval_json_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32", variant: str = "") -> Path:
+    """Where ``attnmt evaluate`` keeps a run's scores on ``split`` with ``beam`` and ``precision``;
+    ``variant`` (e.g. ``heads-1a2b3c4d`` for some heads switched off) ends the name."""
+    return Path(run_dir) / f"eval-{_suffix(split, beam, precision)}{_variant(variant)}.json"
 
 
-def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32") -> Path:
+def hyps_path(run_dir: str | Path, split: str, beam: int, precision: str = "fp32", variant: str = "") -> Path:
     """Where ``attnmt evaluate`` keeps the translations it scored (one a line)."""
-    return Path(run_dir) / f"hyps-{_suffix(split, beam, precision)}.txt"
+    return Path(run_dir) / f"hyps-{_suffix(split, beam, precision)}{_variant(variant)}.txt"
+
+
+def _variant(variant: str) -> str:
+    if variant:
+        check_plain_name(variant, "variant")
+    return f"-{variant}" if variant else ""
 
 
 def beam_table_path(run_dir: str | Path, split: str, precision: str, suffix: str) -> Path:

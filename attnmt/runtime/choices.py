@@ -23,6 +23,9 @@ GOLD_FORMATS = ("naacl", "pharaoh")
 #: see attnmt.data.link_files)
 GUIDE_UNALIGNED = ("ignore", "eos")
 
+#: what takes a switched-off attention head's place (attnmt.models.head_gates): nothing, or its mean output
+HEAD_ABLATIONS = ("zero", "mean")
+
 #: What a heatmap or a curves figure can be written as (the file name's suffix).
 PLOT_FORMATS = ("png", "svg", "pdf")
 

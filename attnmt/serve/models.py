@@ -22,6 +22,7 @@ from attnmt.decoding.interventions import can_intervene
 from attnmt.decoding.translator import Translator
 from attnmt.errors import AttnmtError, ConfigError
 from attnmt.models import count_parameters
+from attnmt.models.head_gates import head_count
 from attnmt.runtime.checks import PLAIN_NAME
 
 __all__ = ["MAX_EXAMPLES", "ServedModel", "gold_examples", "load_models", "test_examples"]
@@ -67,6 +68,7 @@ class ServedModel:
             heads = int(getattr(translator.model, "attention_heads", 1))
         return {"name": self.name, "kind": self.kind, "origin": self.origin, "attention": attention,
                 "layers": layers, "heads": heads, "parameters": count_parameters(translator.model),
+                "head_parts": {part: list(shape) for part, shape in head_count(translator.attributed_model).items()},
                 "prefix": self.can_decode_from_prefix, "intervene": self.can_intervene,
                 "device": str(translator.device), "saliency_methods": self.saliency_methods}
 

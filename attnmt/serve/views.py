@@ -36,6 +36,7 @@ from attnmt.decoding.search import length_penalty
 from attnmt.errors import AttnmtError, ConfigError
 from attnmt.evaluation.explain import ExplainSettings, Explanation, Foil, explain_one
 from attnmt.evaluation.faithfulness import RANDOM
+from attnmt.models.head_gates import Head, masked_heads, parse_heads
 from attnmt.serve.equations import equation_mathml
 from attnmt.serve.jobs import BUSY, STOPPING, InlineJobs, ModelWorkers
 from attnmt.serve.models import ServedModel
@@ -228,21 +229,34 @@ class Views:
         beam = _integer(payload, "beam", 1, 1, MAX_BEAM)
         n_best = _integer(payload, "n_best", 1, 1, beam)
         chosen = self._chosen(payload)
+        spec = _text(payload, "mask_heads", limit=4000, required=False)
+        masks = {served.name: self._heads(served, spec) for served in chosen}
         for served in chosen:
             self._check_length(served, sentence)
-        answers = [self._run(served, partial(self._translation_view, served, sentence, beam, n_best))
-                   for served in chosen]
+        answers = [self._run(served, partial(self._translation_view, served, sentence, beam, n_best,
+                                             masks[served.name])) for served in chosen]
         return {"sentence": sentence, "source_words": sentence.split(), "beam": beam, "models": answers}
 
-    def _translation_view(self, served: ServedModel, sentence: str, beam: int, n_best: int) -> dict[str, Any]:
+    @staticmethod
+    def _heads(served: ServedModel, spec: str) -> list[Head]:
+        """The heads ``spec`` names in ``served``'s model; 400 naming the ranges when it names none."""
+        try:
+            return parse_heads(spec, served.translator.attributed_model, where="mask_heads")
+        except ConfigError as error:
+            raise RequestError(400, f"{served.name}: {error}") from None
+
+    def _translation_view(self, served: ServedModel, sentence: str, beam: int, n_best: int,
+                          heads: Sequence[Head] = ()) -> dict[str, Any]:
         started = time.perf_counter()
         translator = served.translator
-        if n_best > 1 and served.can_decode_from_prefix:
-            hypotheses = translator.translate_n_best(sentence, beam, n_best)
-        else:
-            hypotheses = list(translator.translate([sentence], beam=beam, return_attention=True))
-        best = hypotheses[0]
-        view = self.matrices(served, best)
+        with masked_heads(translator.attributed_model, heads):
+            if n_best > 1 and served.can_decode_from_prefix:
+                hypotheses = translator.translate_n_best(sentence, beam, n_best)
+            else:
+                hypotheses = list(translator.translate([sentence], beam=beam, return_attention=True))
+            best = hypotheses[0]
+            view = self.matrices(served, best)
+        view["mask_heads"] = [head.label() for head in heads]
         alpha = translator.search_config.alpha
         view.update(seconds=round(time.perf_counter() - started, 4), beam=beam, alpha=alpha,
                     hypotheses=[{"output": hypothesis.output, "score": round(float(hypothesis.score), 4),

@@ -1,4 +1,4 @@
-"""Bar charts of runs compared (``attnmt compare``'s summary.png).
+"""Bar charts of runs compared (``attnmt compare``'s summary.png), and the grid of heads (``attnmt heads --plot``).
 
 One panel per metric: per group (a mechanism) the mean over its runs as a bar, ± one standard
 deviation as an error bar, and every run as a dot; the caller gives the statistics (the
@@ -11,14 +11,17 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnmt.visual.heatmap import as_plain_text
+from attnmt.runtime.atomic_files import write_bytes_atomic
+from attnmt.visual.heatmap import as_plain_text, plot_metadata
 
-__all__ = ["runs_chart_png"]
+__all__ = ["heads_grid", "runs_chart_png"]
 
 
 def _drawn(value: float) -> float:
@@ -67,3 +70,37 @@ def runs_chart_png(
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": "attnmt"})
     return buffer.getvalue()
+
+
+def heads_grid(report: Any, path: str | Path) -> Path:
+    """``attnmt heads --plot``: one layers × heads grid per part of ``report`` (a HeadsReport),
+    each cell coloured by its head's Δ loss (red: the loss rises when the head is switched off) and
+    labelled with it; written atomically as PNG or SVG by the file's suffix."""
+    parts = [part for part in ("encoder_self", "decoder_self", "cross") if any(row.part == part for row in report.rows)]
+    figure = Figure(figsize=(4.2 * len(parts), 3.2), layout="constrained")
+    FigureCanvasAgg(figure)
+    largest = max((abs(row.delta_loss) for row in report.rows), default=1.0) or 1.0
+    for index, part in enumerate(parts, start=1):
+        rows = [row for row in report.rows if row.part == part]
+        layers, heads = max(row.layer for row in rows), max(row.head for row in rows)
+        grid = np.full((layers, heads), np.nan)
+        for row in rows:
+            grid[row.layer - 1, row.head - 1] = row.delta_loss
+        axes = figure.add_subplot(1, len(parts), index)
+        image = axes.imshow(grid, cmap="RdBu_r", vmin=-largest, vmax=largest, aspect="auto")
+        for (layer, head), value in np.ndenumerate(grid):
+            axes.text(head, layer, f"{value:+.3f}", ha="center", va="center", fontsize=7,
+                      color="white" if abs(value) > 0.6 * largest else "black")
+        axes.set_xticks(range(heads), [str(k + 1) for k in range(heads)])
+        axes.set_yticks(range(layers), [str(k + 1) for k in range(layers)])
+        axes.set_xlabel("head")
+        axes.set_ylabel("layer")
+        axes.set_title(part.replace("_", " "))
+    figure.colorbar(image, ax=figure.axes, label="Δ loss when switched off", shrink=0.8)
+    figure.suptitle(f"{report.model}: {report.sentences} pairs, ablation {report.ablation}")
+    as_plain_text(figure)
+    target = Path(path)
+    buffer = io.BytesIO()
+    chosen = target.suffix.lower().lstrip(".") or "png"
+    figure.savefig(buffer, format=chosen, dpi=120, metadata=plot_metadata(chosen, None))
+    return write_bytes_atomic(target, buffer.getvalue())

@@ -147,6 +147,53 @@
     return panel;
   }
 
+  // The model's heads, part by part: a click switches one off (or on again) and translates anew.
+  function headsView(record) {
+    const parts = record.model.head_parts || {};
+    const total = Object.values(parts).reduce((sum, [layers, heads]) => sum + layers * heads, 0);
+    if (total < 2) return null;
+    record.maskedHeads = record.maskedHeads || new Set();
+    const box = el("details", { class: "heads", open: record.maskedHeads.size > 0 },
+                   el("summary", { text: `heads (${total}): click one to switch it off and translate again` }));
+    for (const [part, [layers, heads]] of Object.entries(parts)) {
+      const grid = el("table", { class: "head-grid", "aria-label": `${part} heads` },
+                      el("caption", { text: part.replace("_", " ") }));
+      for (let layer = 1; layer <= layers; layer += 1) {
+        const row = el("tr", {}, el("th", { text: `layer ${layer}` }));
+        for (let head = 1; head <= heads; head += 1) {
+          const label = `${part}:${layer}:${head}`;
+          const off = record.maskedHeads.has(label);
+          row.append(el("td", {}, el("button", {
+            type: "button", class: `head${off ? " off" : ""}`, text: String(head), "data-head": label,
+            "aria-pressed": String(off), title: `${label}: ${off ? "switched off; click to switch it on" : "click to switch it off"}`,
+            onclick: () => toggleHead(record, label) })));
+        }
+        grid.append(row);
+      }
+      box.append(grid);
+    }
+    if (record.maskedHeads.size) {
+      box.append(el("div", { class: "masked", text: `switched off: ${[...record.maskedHeads].join(", ")}` }),
+                 el("div", { class: "muted", text: `with every head: ${record.ownOutput}` }));
+    }
+    return box;
+  }
+
+  async function toggleHead(record, label) {
+    if (record.ownOutput === undefined) record.ownOutput = record.view.output;
+    if (record.maskedHeads.has(label)) record.maskedHeads.delete(label); else record.maskedHeads.add(label);
+    say(`translating with ${record.maskedHeads.size} head(s) switched off…`);
+    try {
+      const answer = await api("/api/translate", { sentence: state.sentence, beam: state.beam, n_best: state.nBest,
+                                                   models: [record.view.model], mask_heads: [...record.maskedHeads].join(",") });
+      record.view = answer.models[0];
+      drawBody(record);
+      say(`${record.view.model}: ${record.maskedHeads.size} head(s) switched off`);
+    } catch (error) {
+      say(error.message, true);
+    }
+  }
+
   function drawBody(record) {
     const { view, model } = record;
     const body = record.body;
@@ -186,6 +233,8 @@
                                      onclick: () => counterfactual(record, "uniform") }));
     }
     body.append(controls);
+    const heads = headsView(record);
+    if (heads) body.append(heads);
     record.figures = el("div", { class: "figures" });
     body.append(record.figures);
     drawFigures(record);

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from attnmt.errors import ConfigError
+from attnmt.runtime.choices import HEAD_ABLATIONS
 
 __all__ = ["ABLATIONS", "PARTS", "AttentionSlot", "Head", "attention_slots", "gated_heads", "head_count",
            "head_means", "masked_heads", "parse_heads"]
@@ -39,7 +40,7 @@ __all__ = ["ABLATIONS", "PARTS", "AttentionSlot", "Head", "attention_slots", "ga
 #: the three kinds of attention in an encoder–decoder, in the order tables list them
 PARTS = ("encoder_self", "decoder_self", "cross")
 #: what takes a masked head's place: nothing (zero), or its mean output (``head_means``)
-ABLATIONS = ("zero", "mean")
+ABLATIONS = HEAD_ABLATIONS
 
 
 @dataclass(frozen=True)
