@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("view", "write a self-contained HTML page of interactive attention heatmaps"),
     "explain": ("explain", "is the attention an explanation? faithfulness of attention and attributions, per sentence"),
     "heads": ("heads", "which heads carry the translation: each head switched off in turn, its importance and role"),
+    "prune": ("prune", "write a run whose Transformer no longer holds the heads you name"),
     "curves": ("curves", "draw training loss, validation perplexity and BLEU of runs against steps and minutes"),
     "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),
     "align-words": ("align_words", "align the words of one sentence pair with vector attention"),

@@ -321,3 +321,63 @@ def test_on_a_planted_model_where_one_head_alone_carries_the_source_that_head_ra
     assert by_ablation[0].delta_loss > 0.01
     assert all(abs(row.delta_loss) < 1e-9 and row.importance == 0 for row in report.rows[1:]
                if (row.part, row.layer, row.head) != ("cross", 1, 1))
+
+
+# ---- pruning ---------------------------------------------------------------------------------------
+
+
+def test_a_pruned_transformer_equals_the_masked_original_in_float64_and_prunes_again(tmp_path):
+    """pruned_model_state removes the heads' weights; the pruned model's logits and every layer's
+    cross-attention equal the original's with those heads masked (zero ablation) within 1e-10, with a
+    layer left without heads too; pruning the pruned model records the heads in the first numbering."""
+    from attnmt.models.pruning import pruned_model_state
+
+    model = model_of("transformer")
+    src, src_mask, tgt_in = batch()
+    spec = "encoder_self:1:*,decoder_self:2:2,cross:1:1,cross:1:3"
+    heads = parse_heads(spec, model)
+    labels, state = pruned_model_state(model, heads)
+    assert labels == ["encoder_self:1:1", "encoder_self:1:2", "encoder_self:1:3", "decoder_self:2:2", "cross:1:1",
+                      "cross:1:3"]
+    pruned = build_model({**TRANSFORMER, "pruned_heads": labels}, 20, 20).double().eval()
+    pruned.load_state_dict(state)
+    assert [layer.self_attention.num_heads for layer in pruned.encoder_layers] == [0, 3]
+    assert [layer.cross_attention.num_heads for layer in pruned.decoder_layers] == [1, 3]
+    with masked_heads(model, heads):
+        expected, expected_weights = model(src, src_mask, tgt_in, return_attention="heads")
+    found, found_weights = pruned(src, src_mask, tgt_in, return_attention="heads")
+    torch.testing.assert_close(found, expected, rtol=0, atol=1e-10)
+    kept = [1]  # cross:1's kept head, then all of layer 2
+    torch.testing.assert_close(found_weights[:, 0, kept], expected_weights[:, 0, kept], rtol=0, atol=1e-10)
+    torch.testing.assert_close(found_weights[:, 1], expected_weights[:, 1], rtol=0, atol=1e-10)
+    assert torch.count_nonzero(found_weights[:, 0, [0, 2]]) == 0  # removed heads read as zeros
+    # again: the pruned model's cross:2:1 is the original's cross:2:1; its encoder_self:2:3 the original's too
+    again, _ = pruned_model_state(pruned, parse_heads("cross:1:1,encoder_self:2:3", pruned))
+    assert again == ["encoder_self:1:1", "encoder_self:1:2", "encoder_self:1:3", "encoder_self:2:3", "decoder_self:2:2",
+                     "cross:1:1", "cross:1:2", "cross:1:3"]
+
+
+def test_attnmt_prune_writes_a_run_that_translates_as_the_masked_original_and_never_over_a_run(tiny_run, tmp_path,
+                                                                                                 capsys):
+    from attnmt.cli import main as cli_main
+    from attnmt.decoding.translator import Translator
+
+    name, run = tiny_run
+    out = tmp_path / "pruned"
+    if name != "transformer":
+        assert cli_main(["prune", str(run), "--heads", "cross:1:1", "--out", str(out)]) == 2
+        assert "prune removes heads of attnmt's Transformer" in capsys.readouterr().err and not out.exists()
+        return
+    spec = "decoder_self:1:2,cross:2:*"
+    assert cli_main(["prune", str(run), "--heads", spec, "--out", str(out)]) == 0
+    assert sorted(path.name for path in out.iterdir()) == ["best.pt", "config.yaml", "pruned.json"]
+    original, pruned = Translator.load(run, num_threads=1), Translator.load(out, num_threads=1)
+    sentences = ["Ein Hund läuft .", "Zwei Männer ."]
+    with masked_heads(original.model, parse_heads(spec, original.model)):
+        expected = [t.output for t in original.translate(sentences, beam=2)]
+    assert [t.output for t in pruned.translate(sentences, beam=2)] == expected
+    assert cli_main(["prune", str(run), "--heads", "cross:1:1", "--out", str(out)]) == 2
+    assert "exists; prune writes a new run folder and never over one" in capsys.readouterr().err
+    assert cli_main(["prune", str(run), "--heads", "", "--out", str(tmp_path / "none")]) == 2
+    assert "--heads names no head" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -22,6 +22,7 @@ project the encoder's keys and values once and cache its own past keys and value
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -42,6 +43,8 @@ def head_outputs(v_heads: torch.Tensor, out_weight: torch.Tensor) -> torch.Tenso
     head and token, for both multi-head classes (this and ``multihead``, the single-query one).
     """
     heads = v_heads.shape[1]
+    if heads == 0:  # a layer whose heads were all pruned
+        return v_heads.new_zeros(*v_heads.shape[:3], out_weight.shape[0])
     return torch.einsum("bhld,ehd->bhle", v_heads, out_weight.view(out_weight.shape[0], heads, -1))
 
 
@@ -65,6 +68,9 @@ class MultiHeadAttention(nn.Module):
         bias: add biases to the input and output projections.
         score: a module whose ``score(q [B, h, Lq, d_head], k [B, h, Lk, d_head])`` gives the scores
             [B, h, Lq, Lk] in place of q·kᵀ/√d_head (a user's mechanism); the masks and the softmax stay.
+        head_dim: d_head when a layer holds fewer heads than E / d_head: a layer some of whose heads
+            were pruned (``attnmt prune``) has h·d_head < E, its projections W^Q, W^K, W^V are
+            [h·d_head, ·] and W^O is [E, h·d_head]; with h = 0 its output is W^O's bias. Default E / h.
     """
 
     def __init__(
@@ -76,21 +82,28 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         score: nn.Module | None = None,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}")
-        if embed_dim % num_heads:
-            raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
+        if head_dim is None:
+            if embed_dim <= 0 or num_heads <= 0:
+                raise ValueError(f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}")
+            if embed_dim % num_heads:
+                raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}")
+        elif embed_dim <= 0 or num_heads < 0 or head_dim <= 0 or num_heads * head_dim > embed_dim:
+            raise ValueError(f"a pruned layer needs 0 <= num_heads * head_dim <= embed_dim, got {num_heads} heads of "
+                             f"{head_dim} for embed_dim={embed_dim}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
+        self.inner_dim = self.num_heads * self.head_dim  # h·d_head: E, or less in a pruned layer
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.dropout = dropout
-        self.packed_projection = self.kdim == embed_dim and self.vdim == embed_dim
+        self.packed_projection = self.kdim == embed_dim and self.vdim == embed_dim and self.inner_dim == embed_dim
+        inner = self.inner_dim
 
         if self.packed_projection:
             self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim))
@@ -99,20 +112,26 @@ class MultiHeadAttention(nn.Module):
             self.register_parameter("v_proj_weight", None)
         else:
             self.register_parameter("in_proj_weight", None)
-            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim))
-            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim))
-            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim))
+            self.q_proj_weight = nn.Parameter(torch.empty(inner, embed_dim))
+            self.k_proj_weight = nn.Parameter(torch.empty(inner, self.kdim))
+            self.v_proj_weight = nn.Parameter(torch.empty(inner, self.vdim))
         if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim))
+            self.in_proj_bias = nn.Parameter(torch.empty(3 * inner))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        with warnings.catch_warnings():  # a layer whose heads were all pruned has an empty W^O: nothing to draw
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
+            self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
         # A user's score(q [B, h, Lq, d_head], k [B, h, Lk, d_head]) -> [B, h, Lq, Lk] in place of q·kᵀ/√d_head.
         self.score = score
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Xavier-uniform input projections and zero biases, as torch.nn.MultiheadAttention."""
+        if self.inner_dim == 0:  # a layer whose heads were all pruned: only W^O's bias is left
+            if self.out_proj.bias is not None:
+                nn.init.zeros_(self.out_proj.bias)
+            return
         if self.packed_projection:
             nn.init.xavier_uniform_(self.in_proj_weight)
         else:
@@ -124,16 +143,16 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     # ----------------------------------------------------------------------------------------
-    # The projections W^Q, W^K, W^V, as (weight [E, in_dim], bias [E] or None) pairs.
+    # The projections W^Q, W^K, W^V, as (weight [h·d_head, in_dim], bias [h·d_head] or None) pairs.
 
     def _projection(self, index: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Weight and bias of the query (0), key (1) or value (2) projection of all heads."""
-        E = self.embed_dim
+        inner = self.inner_dim
         if self.packed_projection:
-            weight = self.in_proj_weight[index * E:(index + 1) * E]
+            weight = self.in_proj_weight[index * inner:(index + 1) * inner]
         else:
             weight = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[index]
-        bias = None if self.in_proj_bias is None else self.in_proj_bias[index * E:(index + 1) * E]
+        bias = None if self.in_proj_bias is None else self.in_proj_bias[index * inner:(index + 1) * inner]
         return weight, bias
 
     def _split_heads(self, projected: torch.Tensor, parts: int = 1) -> torch.Tensor:
@@ -196,6 +215,11 @@ class MultiHeadAttention(nn.Module):
         dropout. A query row with no allowed key gets zero weights and its head outputs are 0
         (the output row is then W^O's bias).
         """
+        if self.num_heads == 0:  # every head pruned: W^O · 0 + b^O at every query
+            batch, _, query_length, _ = q_heads.shape
+            empty = q_heads.new_zeros(batch, query_length, 0)
+            none = q_heads.new_zeros(batch, 0, query_length, k_heads.shape[2]) if need_weights else None
+            return self.out_proj(empty), none
         dropout_p = self.dropout if self.training else 0.0
         weights: torch.Tensor | None
         if self.score is not None:
@@ -206,7 +230,7 @@ class MultiHeadAttention(nn.Module):
                 q_heads, k_heads, v_heads, mask, dropout_p=dropout_p, need_weights=need_weights
             )
         batch, _, query_length, _ = heads.shape
-        concatenated = heads.transpose(1, 2).reshape(batch, query_length, self.embed_dim)
+        concatenated = heads.transpose(1, 2).reshape(batch, query_length, self.inner_dim)
         return self.out_proj(concatenated), weights
 
     def head_outputs(self, v_heads: torch.Tensor) -> torch.Tensor:

@@ -76,7 +76,7 @@ class AttentionSlot:
     def head_dim(self) -> int:
         """d_head: the size of one head's output."""
         if self.projection is not None:
-            return int(self.projection.in_features) // self.heads
+            return int(self.projection.in_features) // self.heads if self.heads else 0
         return int(self.attention.output_dim)
 
 
@@ -132,11 +132,12 @@ def attention_slots(model: Any) -> list[AttentionSlot]:
 
 
 def head_count(model: Any) -> dict[str, tuple[int, int]]:
-    """Per part the model has: (its layers, its heads per layer)."""
+    """Per part the model has: (its layers, the most heads a layer of it has: a pruned model's
+    layers may hold fewer)."""
     counts: dict[str, tuple[int, int]] = {}
     for slot in attention_slots(model):
-        layers, heads = counts.get(slot.part, (0, slot.heads))
-        counts[slot.part] = (max(layers, slot.layer + 1), heads)
+        layers, heads = counts.get(slot.part, (0, 0))
+        counts[slot.part] = (max(layers, slot.layer + 1), max(heads, slot.heads))
     return counts
 
 
@@ -144,6 +145,7 @@ def parse_heads(spec: str, model: Any, where: str = "--mask-heads") -> list[Head
     """The heads a SPEC names: a comma list of ``PART:LAYER:HEAD``, LAYER and HEAD numbers from 1 or
     ``*`` (every one); an empty SPEC names none. ConfigError naming ``where``, the item, and the
     parts, layers and heads the model has."""
+    per_layer = {(slot.part, slot.layer): slot.heads for slot in attention_slots(model)}
     counts = head_count(model)
     have = "; ".join(f"{part}: layers 1-{layers}, heads 1-{heads}" for part, (layers, heads) in counts.items())
     heads: set[Head] = set()
@@ -157,14 +159,17 @@ def parse_heads(spec: str, model: Any, where: str = "--mask-heads") -> list[Head
         part, layer, head = (field.strip() for field in fields)
         if part not in counts:
             raise ConfigError(f"{where}: {item!r}: unknown part {part!r}; this model has {have}")
-        layers, per_layer = counts[part]
-        heads.update(Head(part, n, k) for n in _numbers(layer, layers, "layer", item, where, have)
-                     for k in _numbers(head, per_layer, "head", item, where, have))
+        for n in _numbers(layer, counts[part][0], "layer", item, where, have):
+            heads.update(Head(part, n, k) for k in _numbers(head, per_layer[(part, n)], "head", item, where, have,
+                                                             wildcard_empty=True))
     return sorted(heads, key=Head.order)
 
 
-def _numbers(text: str, count: int, what: str, item: str, where: str, have: str) -> range:
+def _numbers(text: str, count: int, what: str, item: str, where: str, have: str,
+             wildcard_empty: bool = False) -> range:
     if text == "*":
+        if count == 0 and not wildcard_empty:
+            raise ConfigError(f"{where}: {item!r}: no {what} to name; this model has {have}")
         return range(count)
     if not text.isdigit() or not 1 <= int(text) <= count:
         raise ConfigError(f"{where}: {item!r}: {what} {text!r} is out of range (1-{count}, or *); "

@@ -107,6 +107,9 @@ class TransformerConfig(ModelConfig):
     attention:          "scaled_dot" (q·kᵀ/√d_head), or a user's score class (``file.py:Class``,
                         ``module:Class``, a registered name) used in every attention layer
     attention_options:  keyword options of that class
+    pruned_heads:       heads this model no longer holds, as ``PART:LAYER:HEAD`` of the model it was
+                        pruned from (``attnmt prune``; PART encoder_self, decoder_self or cross): an
+                        attention keeps its other heads, each of d_model / num_heads dimensions
     """
 
     type: ClassVar[str] = MODEL_TYPE
@@ -128,6 +131,7 @@ class TransformerConfig(ModelConfig):
     tie_output: bool = True
     attention: str = "scaled_dot"
     attention_options: dict[str, Any] = field(default_factory=dict)
+    pruned_heads: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid option; normalises names (``sdp`` → ``scaled_dot``)."""
@@ -151,6 +155,41 @@ class TransformerConfig(ModelConfig):
         if self.share_embeddings and not self.tie_output:
             raise ConfigError("model.share_embeddings: true shares the output projection too, so model.tie_output "
                               "cannot be false")
+        self.pruned_heads = self._checked_pruned_heads()
+
+    def _checked_pruned_heads(self) -> list[str]:
+        """model.pruned_heads: a list of distinct PART:LAYER:HEAD within this model's parts, layers
+        and heads (from 1), in the order parts, layers and heads come."""
+        if not isinstance(self.pruned_heads, list) or not all(isinstance(item, str) for item in self.pruned_heads):
+            raise ConfigError(f"model.pruned_heads must be a list of PART:LAYER:HEAD, got {self.pruned_heads!r}")
+        layers = {"encoder_self": self.encoder_layers, "decoder_self": self.decoder_layers,
+                  "cross": self.decoder_layers}
+        found = set()
+        for item in self.pruned_heads:
+            fields = item.split(":")
+            if (len(fields) != 3 or fields[0] not in layers or not fields[1].isdigit() or not fields[2].isdigit()
+                    or not 1 <= int(fields[1]) <= layers[fields[0]] or not 1 <= int(fields[2]) <= self.num_heads):
+                raise ConfigError(f"model.pruned_heads: {item!r} is not PART:LAYER:HEAD of this model (parts "
+                                  f"{', '.join(layers)}; layers 1-{self.encoder_layers} / 1-{self.decoder_layers}, "
+                                  f"heads 1-{self.num_heads})")
+            found.add((list(layers).index(fields[0]), int(fields[1]), int(fields[2])))
+        parts = list(layers)
+        return [f"{parts[part]}:{layer}:{head}" for part, layer, head in sorted(found)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain mapping with ``type`` first; ``pruned_heads`` only when some are, so an unpruned
+        model's config is written as before the option existed."""
+        values = super().to_dict()
+        if not values["pruned_heads"]:
+            del values["pruned_heads"]
+        return values
+
+    def kept_heads(self, part: str, layer: int) -> list[int]:
+        """The heads (from 0, in the numbering of the unpruned model) that attention ``part`` of
+        ``layer`` (from 0) holds."""
+        pruned = {int(item.split(":")[2]) - 1 for item in self.pruned_heads
+                  if item.split(":")[0] == part and int(item.split(":")[1]) == layer + 1}
+        return [head for head in range(self.num_heads) if head not in pruned]
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,13 +326,16 @@ class Residual(nn.Module):
         return self.after(z, sublayer(self.before(z)))
 
 
-def _multi_head_attention(config: TransformerConfig) -> MultiHeadAttention:
-    """One attention layer: scaled dot-product heads, or the user's score class of ``config.attention``."""
+def _multi_head_attention(config: TransformerConfig, part: str, layer: int) -> MultiHeadAttention:
+    """One attention layer: scaled dot-product heads, or the user's score class of ``config.attention``;
+    ``part`` and ``layer`` (from 0) say which, for the heads a pruned model keeps."""
     score = None
+    head_dim = config.d_model // config.num_heads
     if config.attention != "scaled_dot":
-        head_dim = config.d_model // config.num_heads
         score = build_user_score(config.attention, head_dim, **config.attention_options)
-    return MultiHeadAttention(config.d_model, config.num_heads, dropout=config.attention_dropout, score=score)
+    kept = len(config.kept_heads(part, layer))
+    return MultiHeadAttention(config.d_model, kept, dropout=config.attention_dropout, score=score,
+                              head_dim=None if kept == config.num_heads else head_dim)
 
 
 class EncoderLayer(nn.Module):
@@ -305,10 +347,10 @@ class EncoderLayer(nn.Module):
     x: [B, S, d], src_mask: [B, S] bool (True = real token) -> [B, S, d]
     """
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, layer: int = 0) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attention = _multi_head_attention(config)
+        self.self_attention = _multi_head_attention(config, "encoder_self", layer)
         self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout, config.dropout_mask)
         self.attention_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
         self.feed_forward_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
@@ -333,11 +375,11 @@ class DecoderLayer(nn.Module):
     cross-attention weights [B, h, T, S] or None)``.
     """
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, layer: int = 0) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attention = _multi_head_attention(config)
-        self.cross_attention = _multi_head_attention(config)
+        self.self_attention = _multi_head_attention(config, "decoder_self", layer)
+        self.cross_attention = _multi_head_attention(config, "cross", layer)
         self.feed_forward = FeedForward(d, config.ffn_dim, config.dropout, config.dropout_mask)
         self.self_attention_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
         self.cross_attention_block = Residual(d, config.dropout, config.norm, config.dropout_mask)
@@ -483,8 +525,8 @@ class Transformer(nn.Module):
             config.dropout_mask,
         )
 
-        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config, n) for n in range(config.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(config, n) for n in range(config.decoder_layers))
         # Pre-norm leaves the residual stream unnormalised; one LayerNorm on top of each stack fixes that.
         pre_norm = config.norm == "pre"
         self.encoder_norm = nn.LayerNorm(d) if pre_norm else nn.Identity()
@@ -554,6 +596,7 @@ class Transformer(nn.Module):
         self_mask = (causal_mask(target_length, device=tgt_in.device) & target_real[:, None, :]).unsqueeze(1)
         need_weights: bool | str = "last" if kind == "last" else kind is not None
         states, _, weights = self._decode(tgt_in, 0, self_mask, encoded, None, need_weights)
+        last = len(self.decoder_layers) - 1
         if tgt_mask is not None:
             states = states[check_target_mask(tgt_mask, tgt_in)]  # [N, d]
         logits = self.output_projection(states)
@@ -561,9 +604,19 @@ class Transformer(nn.Module):
             return logits, None
         layer_weights = [w for w in weights if w is not None]  # every layer's, since weights were asked for
         if kind == "last":
-            return logits, layer_weights[-1].mean(dim=1)
+            return logits, self._head_mean(layer_weights[-1], last)
         stacked = torch.stack(layer_weights, dim=1)  # [B, N_dec, h, T, S]
-        return logits, (stacked.mean(dim=2) if kind == "layers" else stacked)
+        if kind == "layers":
+            return logits, torch.stack([self._head_mean(w, n) for n, w in enumerate(layer_weights)], dim=1)
+        return logits, stacked
+
+    def _head_mean(self, weights: torch.Tensor, layer: int) -> torch.Tensor:
+        """The mean over the heads [B, h, ...] -> [B, ...] of decoder layer ``layer``'s cross-attention:
+        over the heads it holds (a pruned layer's removed heads are zeros in ``weights``)."""
+        kept = self._decoder_layers()[layer].cross_attention.num_heads
+        if kept == self.config.num_heads:
+            return weights.mean(dim=1)
+        return weights.sum(dim=1) / max(kept, 1)
 
     @staticmethod
     def _attention_kind(return_attention: bool | str | None) -> str | None:
@@ -641,17 +694,27 @@ class Transformer(nn.Module):
                 need_weights=need_weights is True or (need_weights == "last" and index == last),
             )
             caches.append((keys, values))
-            weights.append(layer_weights)
+            weights.append(None if layer_weights is None else self._full_heads(layer_weights, index))
         return self.decoder_norm(y), caches, weights
+
+    def _full_heads(self, weights: torch.Tensor, layer: int) -> torch.Tensor:
+        """A pruned cross-attention's weights [B, h_kept, T, S] in the unpruned model's heads
+        [B, h, T, S], zeros for the heads it no longer holds: every model of a config has one shape."""
+        if weights.shape[1] == self.config.num_heads:
+            return weights
+        full = weights.new_zeros(weights.shape[0], self.config.num_heads, *weights.shape[2:])
+        kept = torch.tensor(self.config.kept_heads("cross", layer), device=weights.device, dtype=torch.long)
+        return full.index_copy(1, kept, weights)
 
     def init_decoder_state(self, encoded: TransformerEncoderOutput) -> TransformerDecoderState:
         """An empty self-attention cache for every sentence of ``encoded``."""
         batch = encoded.states.shape[0]
         head_dim = self.config.d_model // self.config.num_heads
-        empty = encoded.states.new_zeros(batch, self.config.num_heads, 0, head_dim)
+        empty = [encoded.states.new_zeros(batch, layer.self_attention.num_heads, 0, head_dim)
+                 for layer in self._decoder_layers()]  # a pruned layer holds fewer heads
         return TransformerDecoderState(
-            keys=tuple(empty for _ in self.decoder_layers),
-            values=tuple(empty for _ in self.decoder_layers),
+            keys=tuple(empty),
+            values=tuple(empty),
             target_mask=torch.zeros(batch, 0, dtype=torch.bool, device=encoded.states.device),
         )
 
@@ -687,5 +750,5 @@ class Transformer(nn.Module):
         )
         last = weights[-1]
         assert last is not None  # "last": the last layer's weights
-        return log_probs, last[:, :, 0].mean(dim=1), new_state
+        return log_probs, self._head_mean(last[:, :, 0], len(self.decoder_layers) - 1), new_state
 
