@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("explain", "is the attention an explanation? faithfulness of attention and attributions, per sentence"),
     "heads": ("heads", "which heads carry the translation: each head switched off in turn, its importance and role"),
     "prune": ("prune", "write a run whose Transformer no longer holds the heads you name"),
+    "trace": ("trace", "causal tracing: which hidden states decide one output word"),
     "curves": ("curves", "draw training loss, validation perplexity and BLEU of runs against steps and minutes"),
     "embed": ("embed", "build English and French word vectors in one space from a parallel corpus"),
     "align-words": ("align_words", "align the words of one sentence pair with vector attention"),
@@ -57,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: commands whose process keeps freed memory in glibc (attnmt.runtime.allocator): those that run a
 #: model over a corpus (docs/experiments.md, "A training step's speed"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
-KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve", "explain", "heads"}
+KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve", "explain", "heads", "trace"}
 
 #: what writing the output can fail with: a full disk or quota, an I/O error
 STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)

@@ -65,7 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plot", default=None, metavar="FILE.png|svg",
                         help="draw a layers x heads grid per part, coloured by Δ loss")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
+    parser.add_argument("--prune-curve", action="store_true",
+                        help="also measure BLEU as heads are removed one by one, by ablation (re-measured after "
+                             "each removal), importance, confidence and at random (3 orders), and say how many "
+                             "heads of each part go within 0.5 BLEU")
+    parser.add_argument("--curve-plot", default=None, metavar="FILE.png|svg", help="draw the pruning curves")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot or --curve-plot file")
     add_checkpoint_option(parser)
     add_device_option(parser)
     add_trust_option(parser)
@@ -74,17 +79,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from attnmt.data.corpus import read_lines
     from attnmt.errors import ConfigError
-    from attnmt.evaluation.heads import head_report, probe_of_run
+    from attnmt.evaluation.heads import head_report, probe_of_run, prune_curve, removable_by_part
     from attnmt.runtime.outputs import check_output
+    from attnmt.runtime.tables import format_table
 
     if (args.src is None) != (args.ref is None):
         raise ConfigError("give both --src and --ref, or neither")
     if args.beam is not None and not 1 <= args.beam <= 100:
         raise ConfigError(f"--beam must be an integer from 1 to 100, got {args.beam}")
+    if args.prune_curve and args.no_bleu:
+        raise ConfigError("--prune-curve measures BLEU; it does not go with --no-bleu")
+    if args.curve_plot and not args.prune_curve:
+        raise ConfigError("--curve-plot: only with --prune-curve")
     plot = check_output(args.plot, "--plot", args.overwrite, suffixes=(".png", ".svg"),
                         inputs=[args.src, args.ref, args.run_dir]) if args.plot else None
+    curve_plot = check_output(args.curve_plot, "--curve-plot", args.overwrite, suffixes=(".png", ".svg"),
+                              inputs=[args.src, args.ref, args.run_dir, plot]) if args.curve_plot else None
     translator = load_translator(args)
     say("heads", translator.describe())
     pairs = (read_lines(args.src), read_lines(args.ref)) if args.src is not None else None
@@ -93,8 +107,17 @@ def run(args: argparse.Namespace) -> int:
     report = head_report(translator, probe, name=name, split=args.split if pairs is None else str(args.src),
                          ablation=args.ablation, bleu=not args.no_bleu, beam=args.beam,
                          progress=not args.no_progress and sys.stderr.isatty())
+    curves = prune_curve(translator, probe, report, beam=args.beam, progress=not args.no_progress
+                         and sys.stderr.isatty()) if args.prune_curve else []
+    base = curves[0].bleu[0] if curves else 0.0  # the BLEU with every head, in the curves' search
     if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        values = report.to_dict()
+        if curves:
+            values["prune_curves"] = [asdict(curve) for curve in curves]
+            values["removable_within_half_bleu"] = {
+                f"{curve.order}{'' if curve.seed is None else f'-{curve.seed}'}": removable_by_part(curve, base)
+                for curve in curves}
+        print(json.dumps(values, ensure_ascii=False))
     else:
         beam = "" if report.beam is None else f", BLEU {report.bleu:.2f} (beam {report.beam})"
         print(f"{name}: {report.sentences} pairs of {report.split}, loss {report.loss:.4f} per target piece{beam}; "
@@ -103,9 +126,20 @@ def run(args: argparse.Namespace) -> int:
         rho = report.importance_rank_correlation
         print(f"importance against Δ loss over {len(report.rows)} heads: Spearman ρ "
               f"{'–' if rho != rho else f'{rho:.3f}'}; {report.seconds:.1f} s")
+        if curves:
+            print(f"heads removed one by one (BLEU with all heads {base:.2f}; within 0.5 BLEU of it):")
+            rows = [[curve.order + ("" if curve.seed is None else f" (seed {curve.seed})"), curve.removable(base),
+                     *removable_by_part(curve, base).values(), f"{curve.bleu[-1]:.2f}"] for curve in curves]
+            print(format_table(["order", "removable", "encoder_self", "decoder_self", "cross", "BLEU, all removed"],
+                               rows))
     if plot is not None:
         from attnmt.visual.charts import heads_grid
 
         heads_grid(report, plot)
         say("heads", f"wrote {plot}")
+    if curve_plot is not None:
+        from attnmt.visual.charts import prune_curves_chart
+
+        prune_curves_chart(curves, base, f"{name}: {report.sentences} pairs of {report.split}", curve_plot)
+        say("heads", f"wrote {curve_plot}")
     return 0

@@ -61,7 +61,8 @@ from attnmt.models.readout import ATTNMT_SPECIALS, DEFAULT_MAX_TOKENS, SpecialId
 from attnmt.runs.folder import data_of_run
 from attnmt.runtime.tables import format_table
 
-__all__ = ["HeadProbe", "HeadRow", "HeadsReport", "head_report", "heads_switched_off", "mean_nll", "probe_of_run"]
+__all__ = ["PRUNE_ORDERS", "HeadProbe", "HeadRow", "HeadsReport", "PruneCurve", "head_report", "heads_switched_off",
+           "mean_nll", "probe_of_run", "prune_curve", "removable_by_part"]
 
 #: pieces that act as attention sinks: the end of a sentence and punctuation
 PUNCTUATION = set(string.punctuation) | {"…", "«", "»", "„", "“", "”", "–", "—"}
@@ -406,3 +407,86 @@ def heads_switched_off(translator: BaseTranslator, spec: str, ablation: str = "z
                                    for b in probe.batches(translator.device)])
     with masked_heads(model, heads, ablation, means):
         yield heads
+
+
+# ---- pruning curves ---------------------------------------------------------------------------------
+
+#: the orders in which ``prune_curve`` removes heads
+PRUNE_ORDERS = ("ablation", "importance", "confidence", "random")
+
+
+@dataclass
+class PruneCurve:
+    """One order of removal: ``order`` (and its ``seed`` for random), the heads in the order they
+    went (labels), and ``bleu[k]`` the BLEU with the first k of them removed (``bleu[0]``: none)."""
+
+    order: str
+    heads: list[str]
+    bleu: list[float]
+    seed: int | None = None
+
+    def removable(self, base: float, within: float = 0.5) -> int:
+        """How many heads go, in this order, before the BLEU first falls more than ``within`` below ``base``."""
+        count = 0
+        for k, value in enumerate(self.bleu[1:], start=1):
+            if value < base - within:
+                break
+            count = k
+        return count
+
+
+def prune_curve(translator: BaseTranslator, probe: HeadProbe, report: HeadsReport, *, beam: int | None = None,
+                seeds: int = 3, progress: bool = False) -> list[PruneCurve]:
+    """BLEU of the run's own search over ``probe`` as heads are removed one by one (zero ablation), in
+    the orders of PRUNE_ORDERS: ``ablation`` removes at each step the head whose removal raises the
+    loss least given those already removed (Michel et al., 2019, iterative pruning: the losses are
+    measured anew after each removal); ``importance`` and ``confidence`` remove the lowest first (by
+    ``report``); ``random`` in ``seeds`` random orders."""
+    model = _forced_model(translator)
+    searched: int = translator.search_config.beam if beam is None else beam
+    heads = [Head(row.part, row.layer - 1, row.head - 1) for row in report.rows]
+    rows = {Head(row.part, row.layer - 1, row.head - 1): row for row in report.rows}
+    orders: list[tuple[str, int | None, list[Head]]] = [
+        ("importance", None, sorted(heads, key=lambda head: rows[head].importance)),
+        ("confidence", None, sorted(heads, key=lambda head: rows[head].confidence)),
+    ]
+    for seed in range(seeds):
+        generator = np.random.default_rng(seed)
+        orders.append(("random", seed, [heads[k] for k in generator.permutation(len(heads))]))
+    bar = tqdm(total=len(heads) * (len(orders) + 1), desc="pruning", unit=" heads", disable=not progress, leave=False)
+    curves = [PruneCurve("ablation", *_iterative(translator, model, probe, heads, searched, bar))]
+    for order, order_seed, sequence in orders:
+        values = [report.bleu if report.beam == searched and report.bleu is not None
+                  else _bleu(translator, probe, searched)]
+        for k in range(1, len(sequence) + 1):
+            with masked_heads(model, sequence[:k]):
+                values.append(_bleu(translator, probe, searched))
+            bar.update(1)
+        curves.append(PruneCurve(order, [head.label() for head in sequence], values, order_seed))
+    bar.close()
+    return curves
+
+
+def _iterative(translator: BaseTranslator, model: Any, probe: HeadProbe, heads: Sequence[Head], beam: int,
+               bar: Any) -> tuple[list[str], list[float]]:
+    """Michel et al.'s order and the BLEU after each removal."""
+    removed: list[Head] = []
+    values = [_bleu(translator, probe, beam)]
+    remaining = list(heads)
+    while remaining:
+        losses = []
+        for head in remaining:
+            with masked_heads(model, [*removed, head]):
+                losses.append(mean_nll(translator, probe))
+        chosen = remaining.pop(int(np.argmin(losses)))
+        removed.append(chosen)
+        with masked_heads(model, removed):
+            values.append(_bleu(translator, probe, beam))
+        bar.update(1)
+    return [head.label() for head in removed], values
+
+
+def removable_by_part(curve: PruneCurve, base: float, within: float = 0.5) -> dict[str, int]:
+    """Of the heads ``curve`` removes within ``within`` BLEU of ``base``, how many of each part."""
+    counts = Counter(label.split(":")[0] for label in curve.heads[:curve.removable(base, within)])
+    return {part: counts.get(part, 0) for part in ("encoder_self", "decoder_self", "cross")}

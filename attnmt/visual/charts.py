@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from attnmt.runtime.atomic_files import write_bytes_atomic
 from attnmt.visual.heatmap import as_plain_text, plot_metadata
 
-__all__ = ["heads_grid", "runs_chart_png"]
+__all__ = ["heads_grid", "prune_curves_chart", "runs_chart_png", "trace_chart"]
 
 
 def _drawn(value: float) -> float:
@@ -98,6 +98,63 @@ def heads_grid(report: Any, path: str | Path) -> Path:
         axes.set_title(part.replace("_", " "))
     figure.colorbar(image, ax=figure.axes, label="Δ loss when switched off", shrink=0.8)
     figure.suptitle(f"{report.model}: {report.sentences} pairs, ablation {report.ablation}")
+    as_plain_text(figure)
+    target = Path(path)
+    buffer = io.BytesIO()
+    chosen = target.suffix.lower().lstrip(".") or "png"
+    figure.savefig(buffer, format=chosen, dpi=120, metadata=plot_metadata(chosen, None))
+    return write_bytes_atomic(target, buffer.getvalue())
+
+
+def prune_curves_chart(curves: Sequence[Any], base: float, title: str, path: str | Path) -> Path:
+    """``attnmt heads --prune-curve --curve-plot``: BLEU against the number of heads removed, one line
+    per order (``attnmt.evaluation.heads.PruneCurve``; random orders thin and grey), with the band
+    0.5 BLEU below ``base``; written atomically as PNG or SVG by the file's suffix."""
+    figure = Figure(figsize=(6.4, 4.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    colours = {"ablation": "#b91c1c", "importance": "#1d4ed8", "confidence": "#15803d"}
+    for curve in curves:
+        steps = range(len(curve.bleu))
+        if curve.order == "random":
+            axes.plot(steps, curve.bleu, color="#9ca3af", linewidth=1,
+                      label="random" if curve.seed == 0 else None)
+        else:
+            axes.plot(steps, curve.bleu, color=colours.get(curve.order), linewidth=2, label=curve.order)
+    axes.axhline(base - 0.5, color="#6b7280", linestyle="--", linewidth=1, label="0.5 BLEU below all heads")
+    axes.set_xlabel("heads removed")
+    axes.set_ylabel("BLEU")
+    axes.legend(fontsize=8)
+    axes.set_title(title)
+    as_plain_text(figure)
+    target = Path(path)
+    buffer = io.BytesIO()
+    chosen = target.suffix.lower().lstrip(".") or "png"
+    figure.savefig(buffer, format=chosen, dpi=120, metadata=plot_metadata(chosen, None))
+    return write_bytes_atomic(target, buffer.getvalue())
+
+
+def trace_chart(trace: Any, path: str | Path) -> Path:
+    """``attnmt trace --plot``: the indirect effect of each restored state (``attnmt.evaluation.
+    tracing.Trace``), the encoder's layers over the source pieces and the decoder's over the output
+    pieces, one heatmap each; written atomically as PNG or SVG by the file's suffix."""
+    decoder_columns = ["<s>", *trace.out_pieces][:len(trace.decoder[0])]
+    figure = Figure(figsize=(max(6.0, 0.5 * (len(trace.src_pieces) + len(decoder_columns)) + 2), 3.4),
+                    layout="constrained")
+    FigureCanvasAgg(figure)
+    largest = max(abs(v) for grid in (trace.encoder, trace.decoder) for row in grid for v in row) or 1.0
+    for index, (name, grid, columns) in enumerate((("encoder", trace.encoder, trace.src_pieces),
+                                                   ("decoder", trace.decoder, decoder_columns)), start=1):
+        axes = figure.add_subplot(1, 2, index)
+        image = axes.imshow(np.asarray(grid), cmap="RdBu_r", vmin=-largest, vmax=largest, aspect="auto")
+        axes.set_xticks(range(len(columns)), columns, rotation=60, fontsize=8)
+        axes.set_yticks(range(len(grid)), [str(layer) for layer in range(len(grid))])
+        axes.set_ylabel("layer (0: embeddings)" if name == "encoder" and len(grid) > 1 else "layer")
+        axes.set_title(f"{name}: restored minus corrupted")
+    figure.colorbar(image, ax=figure.axes, label="p(word)", shrink=0.8)
+    pieces = " ".join(trace.out_pieces[k - 1] for k in trace.word_pieces)
+    figure.suptitle(f"word {trace.word} ({pieces}); corrupted {' '.join(trace.corrupted)}; "
+                    f"clean {trace.clean:.3f}, corrupted {trace.corrupt:.3f}", fontsize=9)
     as_plain_text(figure)
     target = Path(path)
     buffer = io.BytesIO()
