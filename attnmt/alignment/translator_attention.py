@@ -61,7 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from attnmt.alignment.links import align_corpus
+from attnmt.alignment.aer import alignment_error_rate
+from attnmt.alignment.links import align_corpus, extract_links
 from attnmt.attribution.methods import AttributionOptions
 from attnmt.data.pieces import Span, merge_spans, spans_of, word_pieces
 from attnmt.decoding.hf import HFTranslator
@@ -75,6 +76,7 @@ __all__ = [
     "ForcedAttention",
     "TranslatorAligner",
     "file_language",
+    "head_aers",
     "guided_reading",
     "merge_spans",
     "piece_to_word_weights",
@@ -425,3 +427,20 @@ class TranslatorAligner:
                                                               progress=progress):
             yield live[position], ForcedAttention(weights=reading.weights, src_spans=src_spans[position],
                                                   tgt_spans=tgt_spans[position], reversed=self.reversed)
+
+
+def head_aers(aligner: TranslatorAligner, src_sentences: Sequence[Sequence[str]],
+              tgt_sentences: Sequence[Sequence[str]], sure: Sequence[set[tuple[int, int]]],
+              possible: Sequence[set[tuple[int, int]]], method: str = "intersect") -> dict[tuple[int, int], float]:
+    """The alignment error rate of every cross-attention head on a gold set: (layer, head) from 1 ->
+    AER of the links ``method`` draws from that head's word weights (the aligner's reading: its
+    shift and renormalisation), every pair force-decoded once."""
+    forced = aligner.forced_attention(src_sentences, tgt_sentences)
+    found = {}
+    for layer in range(1, aligner.layers + 1):
+        for head in range(1, aligner.heads + 1):
+            links = [set() if pair is None else
+                     extract_links(pair.word_weights(layer, head, aligner.shift, aligner.renormalize), method)
+                     for pair in forced]
+            found[(layer, head)] = float(alignment_error_rate(links, sure, possible)["aer"])
+    return found

@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plot", default=None, metavar="FILE.png|svg",
                         help="draw a layers x heads grid per part, coloured by Δ loss")
+    parser.add_argument("--gold", default=None, metavar="LINKS",
+                        help="gold word alignments (NAACL .naacl/.wa, else Pharaoh): each cross-attention head's AER")
+    parser.add_argument("--gold-src", default=None, metavar="FILE", help="the gold pairs' source words, a line each")
+    parser.add_argument("--gold-tgt", default=None, metavar="FILE", help="the gold pairs' target words, a line each")
     parser.add_argument("--prune-curve", action="store_true",
                         help="also measure BLEU as heads are removed one by one, by ablation (re-measured after "
                              "each removal), importance, confidence and at random (3 orders), and say how many "
@@ -91,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give both --src and --ref, or neither")
     if args.beam is not None and not 1 <= args.beam <= 100:
         raise ConfigError(f"--beam must be an integer from 1 to 100, got {args.beam}")
+    if (args.gold is None) != (args.gold_src is None) or (args.gold is None) != (args.gold_tgt is None):
+        raise ConfigError("give --gold, --gold-src and --gold-tgt together, or none of them")
     if args.prune_curve and args.no_bleu:
         raise ConfigError("--prune-curve measures BLEU; it does not go with --no-bleu")
     if args.curve_plot and not args.prune_curve:
@@ -107,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     report = head_report(translator, probe, name=name, split=args.split if pairs is None else str(args.src),
                          ablation=args.ablation, bleu=not args.no_bleu, beam=args.beam,
                          progress=not args.no_progress and sys.stderr.isatty())
+    if args.gold is not None:
+        _add_head_aers(report, translator, args)
     curves = prune_curve(translator, probe, report, beam=args.beam, progress=not args.no_progress
                          and sys.stderr.isatty()) if args.prune_curve else []
     base = curves[0].bleu[0] if curves else 0.0  # the BLEU with every head, in the curves' search
@@ -143,3 +151,20 @@ def run(args: argparse.Namespace) -> int:
         prune_curves_chart(curves, base, f"{name}: {report.sentences} pairs of {report.split}", curve_plot)
         say("heads", f"wrote {curve_plot}")
     return 0
+
+
+def _add_head_aers(report, translator, args: argparse.Namespace) -> None:
+    """Each cross-attention head's AER on the gold pairs, into its row."""
+    from pathlib import Path
+
+    from attnmt.alignment import read_gold
+    from attnmt.alignment.links import read_word_pairs
+    from attnmt.alignment.translator_attention import TranslatorAligner, head_aers
+
+    src, tgt = read_word_pairs(args.gold_src, args.gold_tgt)
+    gold_format = "naacl" if Path(args.gold).suffix.lower() in (".naacl", ".wa") else "pharaoh"
+    gold = read_gold(args.gold, gold_format, [len(s) for s in src], [len(t) for t in tgt])
+    aers = head_aers(TranslatorAligner(translator), src, tgt, gold.sure, gold.possible)
+    for row in report.rows:
+        if row.part == "cross":
+            row.aer = aers.get((row.layer, row.head))

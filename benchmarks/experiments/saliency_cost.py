@@ -2,7 +2,7 @@
 run's own greedy translations of test_2016_flickr, beside reading the attention of the same
 outputs by force decoding (what `attnmt view` and `--attention-out` already pay).
 
-    python benchmarks/saliency.py results/user_attention/runs/scaled_dot-seed1   # idle machine
+    PYTHONPATH=benchmarks python benchmarks/experiments/saliency_cost.py results/user_attention/runs/scaled_dot-seed1   # idle machine
 
 Every method reads the same first --sentences sentences (default 200): the attention, gradient ×
 input, SmoothGrad (10 samples) and integrated gradients (50 steps), at attnmt's defaults; the
@@ -15,7 +15,7 @@ measures, on the run's first --sentences greedy translations, each pair's gap
 max_t |Σ_s a[t, s] − (f_t(e) − f_t(0))| / max_t |f_t(e) − f_t(0)| at 50 steps (the default) and at
 200, and writes the quantiles to ``--output``:
 
-    python benchmarks/saliency.py RUN --completeness --sentences 100 --output benchmarks/results/ig_completeness.json
+    PYTHONPATH=benchmarks python benchmarks/experiments/saliency_cost.py RUN --completeness --sentences 100 --output benchmarks/results/ig_completeness.json
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from attnmt.runtime.tables import format_table
 
 from common import portable
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:
