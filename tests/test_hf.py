@@ -220,3 +220,30 @@ def test_a_damaged_weights_file_is_one_line(hf_model, tmp_path, capsys):
     assert cli_main(["translate", "--hf", str(copy), "Ein Hund."]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("attnmt translate: error: --hf ") and "could not load" in error
+
+
+def test_heads_of_a_hf_model_are_ranked_and_switched_off_from_the_command_line(hf_model, tmp_path, capsys):
+    """attnmt heads --hf with --src/--ref, and translate --hf --mask-heads: the heads of a Hugging
+    Face model through hooks on its output projections."""
+    from attnmt.decoding.hf import HFTranslator
+    from attnmt.models.head_gates import head_count, masked_heads, parse_heads
+
+    model = str(hf_model)
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    sources, references = make_pairs(4, seed=5)
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(references) + "\n", encoding="utf-8")
+    assert cli_main(["heads", "--hf", model, "--src", str(src), "--ref", str(ref), "--sentences", "4", "--json",
+                     "--beam", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    translator = HFTranslator.load(model, device="cpu")
+    counts = head_count(translator.attributed_model)
+    assert len(report["heads"]) == sum(layers * heads for layers, heads in counts.values())
+    assert {row["part"] for row in report["heads"]} == {"encoder_self", "decoder_self", "cross"}
+    assert all(0 <= row["confidence"] <= 1 for row in report["heads"])
+    assert cli_main(["translate", "--hf", model, SOURCES[0], "--mask-heads", "cross:*:1", "--beam", "1"]) == 0
+    printed = capsys.readouterr().out.strip()
+    with masked_heads(translator.model, parse_heads("cross:*:1", translator.attributed_model)):
+        assert printed == translator.translate([SOURCES[0]], beam=1)[0].output
+    assert cli_main(["translate", "--hf", model, SOURCES[0], "--mask-heads", "cross:1:1", "--ablation", "mean"]) == 2
+    assert "--ablation mean needs a run's validation pairs" in capsys.readouterr().err
