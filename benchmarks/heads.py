@@ -66,9 +66,8 @@ def measure_run(run: Path, args: argparse.Namespace, workdir: Path) -> dict:
     report = head_report(translator, probe, name=str(run))
     curves = prune_curve(translator, probe, report)
     base = curves[0].bleu[0]
-    result = {"model": translator.run_config.model.type,
-              "attention": getattr(translator.run_config.model, "attention", None),
-              "steps": translator.step, **report.to_dict(),
+    result = {**report.to_dict(), "model_type": translator.run_config.model.type,
+              "attention": getattr(translator.run_config.model, "attention", None), "steps": translator.step,
               "mean_by_part": {"delta_loss": part_means(report.to_dict()["heads"], "delta_loss"),
                                "delta_bleu": part_means(report.to_dict()["heads"], "delta_bleu"),
                                "importance": part_means(report.to_dict()["heads"], "importance")},
@@ -78,7 +77,7 @@ def measure_run(run: Path, args: argparse.Namespace, workdir: Path) -> dict:
                   {"total": curve.removable(base), **removable_by_part(curve, base)} for curve in curves}}
     best = max(report.to_dict()["heads"], key=lambda row: row["delta_loss"])
     result["most_harmful_to_remove"] = f"{best['part']}:{best['layer']}:{best['head']}"
-    if result["model"] == "transformer":
+    if result["model_type"] == "transformer":
         result["pruned"] = pruned_speed(translator, run, curves[0], probe, args, workdir)
     result["tracing"] = tracing(translator, probe, args)
     return result
@@ -160,7 +159,7 @@ def measure_aer(run: Path, args: argparse.Namespace) -> dict:
 
 
 def print_run(name: str, result: dict) -> None:
-    print(f"\n{name}: {result['model']}, {result['sentences']} pairs, loss {result['loss']:.4f}, BLEU "
+    print(f"\n{name}: {result['model_type']}, {result['sentences']} pairs, loss {result['loss']:.4f}, BLEU "
           f"{result['bleu']:.2f} (beam {result['beam']}); {result['seconds']:.1f} s; importance ~ Δ loss: ρ "
           f"{result['importance_rank_correlation']:.3f}")
     print(format_table(["part", "mean Δ loss", "mean Δ BLEU", "mean importance"],

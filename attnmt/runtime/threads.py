@@ -1,7 +1,7 @@
 """How many threads PyTorch's CPU operators use: fixed when the user says so, else following how
 many cores the rest of the machine leaves free, unit of work by unit of work.
 
-Measured on 2 cores (``benchmarks/experiments/contention.py``, docs/results.md "A busy machine"): the fast RNN
+Measured on 2 cores (``benchmarks/experiments/contention.py``, docs/experiments.md "A busy machine"): the fast RNN
 recipe trains fastest with 2 threads on an idle machine, but beside one busy process 2 threads
 keep a quarter of that speed while 1 thread keeps two thirds: the threads wait for each other at
 every operator, and one of them waits for the neighbour. So before each unit of work (a training
