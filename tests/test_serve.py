@@ -392,6 +392,33 @@ def test_a_person_switches_a_transformer_head_off_in_its_panel(server, browser):
     assert not browser.errors()
 
 
+def test_tracing_a_word_on_the_page_is_attnmt_trace_of_that_word(views):
+    """``POST /api/trace``: the grids of ``attnmt.evaluation.tracing.trace_word`` for the model's
+    translation, rounded; a word beyond the output is a 400."""
+    from attnmt.evaluation.tracing import trace_word
+
+    served = views.models["run-2"]
+    answer = views.trace({"sentence": SENTENCE, "model": "run-2", "word": 1})
+    expected = trace_word(served.translator, SENTENCE, 1, samples=10)
+    assert answer["clean"] == expected.clean and answer["corrupted"] == expected.corrupted
+    assert answer["encoder"] == [[round(v, 4) for v in row] for row in expected.encoder]
+    with pytest.raises(RequestError) as refused:
+        views.trace({"sentence": SENTENCE, "model": "run", "word": 999})
+    assert refused.value.status == 400 and "words (its end </s> counted)" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_person_clicks_an_output_word_and_sees_which_states_decide_it(server, browser):
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    type_and_translate(browser, url)
+    panel = ".panel[data-model='run-2']"
+    browser.click(f"{panel} .out-word[data-row='0']")
+    browser.wait_for(f"document.querySelector(\"{panel} .trace-title\") !== null")
+    assert browser.evaluate(f"document.querySelectorAll(\"{panel} .result svg.heatmap\").length") == 2
+    assert "clean" in browser.evaluate(f"document.querySelector(\"{panel} .trace-title\").textContent")
+    assert not browser.errors()
+
+
 def test_a_gold_split_gives_examples_with_their_links(runs, tmp_path):
     from attnmt.serve.models import gold_examples
 

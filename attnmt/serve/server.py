@@ -70,7 +70,7 @@ SECURITY_HEADERS = {
 }
 
 POSTS = {"/api/translate": "translate", "/api/saliency": "saliency", "/api/prefix": "prefix", "/api/pin": "pin",
-         "/api/step": "step", "/api/gold": "gold", "/api/counterfactual": "counterfactual"}
+         "/api/step": "step", "/api/gold": "gold", "/api/counterfactual": "counterfactual", "/api/trace": "trace"}
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:

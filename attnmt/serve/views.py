@@ -36,6 +36,7 @@ from attnmt.decoding.search import length_penalty
 from attnmt.errors import AttnmtError, ConfigError
 from attnmt.evaluation.explain import ExplainSettings, Explanation, Foil, explain_one
 from attnmt.evaluation.faithfulness import RANDOM
+from attnmt.evaluation.tracing import trace_word
 from attnmt.models.head_gates import Head, masked_heads, parse_heads
 from attnmt.serve.equations import equation_mathml
 from attnmt.serve.jobs import BUSY, STOPPING, InlineJobs, ModelWorkers
@@ -363,6 +364,27 @@ class Views:
             return view
 
         return self._run(served, work)
+
+    def trace(self, payload: dict) -> dict[str, Any]:
+        """``POST /api/trace`` {sentence, model, word}: causal tracing of output word ``word`` (from
+        1) of the model's translation (``attnmt.evaluation.tracing``): the probability of the word
+        regained by restoring each encoder and decoder state of a run whose source word the
+        attention ranks first was noised, restored minus corrupted."""
+        sentence = _text(payload, "sentence")
+        served = self._one(payload, needs="prefix")
+        self._check_length(served, sentence)
+        word = _integer(payload, "word", 1, 1, 10_000)
+
+        def work() -> dict[str, Any]:
+            try:
+                trace = trace_word(served.translator, sentence, word, samples=10)
+            except ConfigError as error:
+                raise RequestError(400, f"{served.name}: {error}") from None
+            return {"model": served.name, **trace.to_dict(),
+                    "encoder": [[round(v, 4) for v in row] for row in trace.encoder],
+                    "decoder": [[round(v, 4) for v in row] for row in trace.decoder]}
+
+        return self._run(served, work, priority=1)
 
     def prefix(self, payload: dict) -> dict[str, Any]:
         """``POST /api/prefix`` {sentence, model, prefix}: the model's translation that begins with

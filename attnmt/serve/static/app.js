@@ -204,6 +204,13 @@
     }));
     const source = wordsLine("source", view.src_words, "src-word", () => ({}));
     body.append(output, source);
+    if (model.prefix) {  // an attnmt run: a click on an output word traces it
+      output.title = "click an output word: which encoder and decoder states decide it (causal tracing)";
+      output.addEventListener("click", (event) => {
+        const target = event.target.closest(".out-word");
+        if (target) traceWord(record, Number(target.dataset.row));
+      });
+    }
     output.addEventListener("mouseover", (event) => pick(event, record));
     output.addEventListener("focusin", (event) => pick(event, record));
     output.addEventListener("keydown", (event) => move(event));
@@ -474,6 +481,28 @@
     } catch (error) {
       record.result.hidden = false;
       record.result.replaceChildren(el("p", { class: "error", text: error.message }));
+    }
+  }
+
+  // Causal tracing of one output word: the probability it regains as each hidden state is restored.
+  async function traceWord(record, row) {
+    const box = record.result;
+    box.hidden = false;
+    const word = record.view.out_words[row];
+    box.replaceChildren(el("div", { class: "figure-title", text: `tracing "${word}"…` }));
+    try {
+      const answer = await api("/api/trace", { sentence: state.sentence, model: record.view.model, word: row + 1 });
+      const decoderColumns = ["<s>", ...answer.out_pieces].slice(0, answer.decoder[0].length);
+      const layers = (grid, embeddings) => grid.map((_, k) => (embeddings && k === 0 ? "embed" : `layer ${embeddings ? k : k + 1}`));
+      box.replaceChildren(
+        el("div", { class: "figure-title trace-title", text: `why "${word}": p = ${answer.clean.toFixed(3)} clean, ${answer.corrupt.toFixed(3)} with "${answer.corrupted.join(" ")}" noised; each state restored (restored minus noised):` }),
+        heatmap(answer.encoder, layers(answer.encoder, answer.encoder.length > 1), answer.src_pieces,
+                { label: `${record.view.model}: tracing, encoder`, signed: true }),
+        heatmap(answer.decoder, layers(answer.decoder, false), decoderColumns,
+                { label: `${record.view.model}: tracing, decoder`, signed: true }),
+        el("div", { class: "muted", text: `${answer.samples} draws of noise, ${answer.seconds.toFixed(2)} s` }));
+    } catch (error) {
+      box.replaceChildren(el("p", { class: "error", text: error.message }));
     }
   }
 
