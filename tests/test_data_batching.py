@@ -178,3 +178,57 @@ def test_batch_to_device_and_argument_checks():
     with pytest.raises(ValueError, match="max_tokens"):
         make_batches(src, tgt, max_tokens=0)
     assert make_batches([], [], max_tokens=10) == []
+
+
+@pytest.mark.parametrize("multiple", [4, 8])
+def test_a_pad_multiple_gives_widths_of_that_multiple_within_the_budget_and_the_same_pairs(multiple):
+    """data.pad_multiple: every batch's S and T are multiples of it, the budget counts them, every
+    pair comes once, and far fewer shapes remain; 1 changes nothing."""
+    rng = random.Random(3)
+    src = [[rng.randrange(4, 50) for _ in range(rng.randrange(0, 40))] for _ in range(600)]
+    tgt = [[rng.randrange(4, 50) for _ in range(max(0, len(s) + rng.randrange(-3, 4)))] for s in src]  # as translations
+    plain = make_batches(src, tgt, max_tokens=300, seed=1)
+    padded = make_batches(src, tgt, max_tokens=300, seed=1, pad_multiple=multiple)
+    assert [b.indices for b in make_batches(src, tgt, max_tokens=300, seed=1, pad_multiple=1)] == \
+        [b.indices for b in plain]
+    assert sorted(i for b in padded for i in b.indices) == list(range(600))
+    for batch in padded:
+        assert batch.src.shape[1] % multiple == 0 and batch.tgt_in.shape[1] % multiple == 0
+        assert batch.src.shape[0] * max(batch.src.shape[1], batch.tgt_in.shape[1]) <= 300 or len(batch.indices) == 1
+        assert int(batch.src_mask.sum()) == sum(len(src[i]) + 1 for i in batch.indices)
+        assert int(batch.tgt_mask.sum()) == batch.num_tgt_tokens == sum(len(tgt[i]) + 1 for i in batch.indices)
+    shapes = {(b.src.shape, b.tgt_in.shape) for b in padded}
+    assert len(shapes) < len({(b.src.shape, b.tgt_in.shape) for b in plain}) / 2
+    with pytest.raises(ValueError, match="pad_multiple must be a positive integer, got 0"):
+        make_batches(src, tgt, max_tokens=300, pad_multiple=0)
+
+
+@pytest.mark.parametrize("model_config", [
+    {"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "additive", "dropout": 0.0},
+    {"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "general", "dropout": 0.0, "flow": "luong"},
+    {"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "multihead", "dropout": 0.0, "flow": "bahdanau",
+     "attention_options": {"num_heads": 2}},
+    {"type": "transformer", "d_model": 12, "num_heads": 3, "ffn_dim": 16, "encoder_layers": 2, "decoder_layers": 2,
+     "dropout": 0.0, "attention_dropout": 0.0},
+], ids=["rnn-parallel", "rnn-luong", "rnn-bahdanau-multihead", "transformer"])
+def test_the_extra_padding_leaves_the_loss_and_the_gradients_as_they_are_in_float64(model_config):
+    """One batch collated with pad_multiple 1 and 16: the same loss and gradients within 1e-12."""
+    from attnmt.models import build_model
+    from attnmt.training.step import backward_on_batch
+
+    rng = random.Random(5)
+    src = [[rng.randrange(4, 30) for _ in range(rng.randrange(0, 9))] for _ in range(5)]
+    tgt = [[rng.randrange(4, 30) for _ in range(rng.randrange(0, 9))] for _ in range(5)]
+    found = []
+    for multiple in (1, 16):
+        torch.manual_seed(0)
+        model = build_model(model_config, 30, 30).double()
+        batch = collate(src, tgt, range(5), pad_multiple=multiple)
+        stats = backward_on_batch(model, batch, label_smoothing=0.1, global_tokens=batch.num_tgt_tokens)
+        found.append((float(stats.loss_sum), {n: p.grad.clone() for n, p in model.named_parameters()
+                                              if p.grad is not None}))
+    (loss, grads), (padded_loss, padded_grads) = found
+    assert padded_loss == pytest.approx(loss, rel=0, abs=1e-12)
+    assert grads.keys() == padded_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(padded_grads[name], grads[name], rtol=0, atol=1e-12, msg=name)

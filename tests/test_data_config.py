@@ -35,6 +35,8 @@ def test_defaults_are_multi30k_de_en():
         ({"src_lang": "es"}, "Multi30k has no language 'es'"),
         ({"vocab_size": "8000"}, "data.vocab_size"),
         ({"max_tokens": 0}, "data.max_tokens"),
+        ({"pad_multiple": 0}, "data.pad_multiple: must be an integer >= 1, got 0"),
+        ({"pad_multiple": 200, "max_length": 100}, "data.pad_multiple: must be from 1 to 101 (max_length + 1"),
         ({"max_length": True}, "data.max_length"),
         ({"joint_vocab": "yes"}, "data.joint_vocab"),
         ({"tokenizer_type": "wordpiece"}, "unknown type 'wordpiece'"),

@@ -15,6 +15,12 @@ the encoder sees where the sentence stops. S = max |x| + 1 and T = max |y| + 1 o
 batches. Pairs are sorted by length before packing so little of a batch is padding; a pair that
 alone exceeds the budget gets a batch of its own (and a warning), rather than stopping training.
 
+**Fewer shapes.** With ``pad_multiple`` m > 1, S and T are rounded up to a multiple of m
+(S = m · ⌈(max |x| + 1) / m⌉, likewise T) and the budget counts the rounded widths. A batch then
+has one of a few shapes instead of one of hundreds, which a CPU's kernels and its allocator keep
+(docs/experiments.md, "Fewer shapes"); the extra positions are padding like any other: masked in
+the attention and out of the loss. m = 1 pads to the batch's longest sentence, as before the option.
+
 **Order.** With ``shuffle``, the order is a function of ``(seed, epoch)`` only: the same seed gives
 the same batches on every machine and every rank; another epoch gives another order. Pairs are
 shuffled, cut into large chunks, sorted by length inside each chunk (by max(S, T), then S, then
@@ -93,18 +99,25 @@ def _pad(rows: list[list[int]], width: int) -> list[list[int]]:
     return [row + [PAD_ID] * (width - len(row)) for row in rows]
 
 
+def padded_width(width: int, pad_multiple: int = 1) -> int:
+    """``width`` rounded up to a multiple of ``pad_multiple`` (module docstring, "Fewer shapes")."""
+    return -(-int(width) // pad_multiple) * pad_multiple
+
+
 def collate(
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]] | None,
     indices: Sequence[int],
+    pad_multiple: int = 1,
 ) -> Batch:
-    """Build the Batch of the pairs at ``indices`` (ids without specials; EOS/BOS are added here)."""
+    """Build the Batch of the pairs at ``indices`` (ids without specials; EOS/BOS are added here),
+    S and T rounded up to a multiple of ``pad_multiple``."""
     indices = [int(i) for i in indices]
     if not indices:
         raise ValueError("collate: indices is empty; a batch needs at least one pair")
     src_rows = [list(src_ids[i]) + [EOS_ID] for i in indices]
     src_lengths = torch.tensor([len(row) for row in src_rows], dtype=torch.long)
-    src_width = int(src_lengths.max())
+    src_width = padded_width(int(src_lengths.max()), pad_multiple)
     src = torch.tensor(_pad(src_rows, src_width), dtype=torch.long)
     src_mask = torch.arange(src_width).unsqueeze(0) < src_lengths.unsqueeze(1)
     if tgt_ids is None:
@@ -112,7 +125,7 @@ def collate(
     tgt_in_rows = [[BOS_ID] + list(tgt_ids[i]) for i in indices]
     tgt_out_rows = [list(tgt_ids[i]) + [EOS_ID] for i in indices]
     tgt_lengths = torch.tensor([len(row) for row in tgt_out_rows], dtype=torch.long)
-    tgt_width = int(tgt_lengths.max())
+    tgt_width = padded_width(int(tgt_lengths.max()), pad_multiple)
     tgt_in = torch.tensor(_pad(tgt_in_rows, tgt_width), dtype=torch.long)
     tgt_out = torch.tensor(_pad(tgt_out_rows, tgt_width), dtype=torch.long)
     tgt_mask = torch.arange(tgt_width).unsqueeze(0) < tgt_lengths.unsqueeze(1)
@@ -206,12 +219,16 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
     max_sentences: int | None = None,
     rank: int = 0,
     world_size: int = 1,
+    pad_multiple: int = 1,
 ) -> list[list[int]]:
     """Group corpus positions into batches; lengths are of the ids without specials.
 
-    Returns lists of positions; ``collate`` turns one into a Batch. Deterministic in (seed, epoch).
+    Returns lists of positions; ``collate`` (with the same ``pad_multiple``) turns one into a
+    Batch. Deterministic in (seed, epoch).
     """
     _check_budget(max_tokens, max_sentences)
+    if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
+        raise ValueError(f"pad_multiple must be a positive integer, got {pad_multiple!r}")
     src_widths = np.asarray(src_lengths, dtype=np.int64) + 1  # + EOS
     if tgt_lengths is None:
         tgt_widths = np.zeros_like(src_widths)
@@ -219,6 +236,9 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
         tgt_widths = np.asarray(tgt_lengths, dtype=np.int64) + 1  # + BOS / EOS
         if len(tgt_widths) != len(src_widths):
             raise ValueError(f"batching: {len(src_widths)} sources but {len(tgt_widths)} targets")
+    if pad_multiple > 1:  # the widths the batches will have: what the budget counts and the sort groups
+        src_widths = -(-src_widths // pad_multiple) * pad_multiple
+        tgt_widths = -(-tgt_widths // pad_multiple) * pad_multiple
     widths = np.maximum(src_widths, tgt_widths)
     count = len(widths)
     if count == 0:
@@ -259,6 +279,7 @@ def make_batches(  # noqa: PLR0913 (the batching settings of the data section, e
     max_sentences: int | None = None,
     rank: int = 0,
     world_size: int = 1,
+    pad_multiple: int = 1,
 ) -> list[Batch]:
     """Training or validation batches of (src_ids[i], tgt_ids[i]) pairs, ids without specials.
 
@@ -279,8 +300,9 @@ def make_batches(  # noqa: PLR0913 (the batching settings of the data section, e
         max_sentences=max_sentences,
         rank=rank,
         world_size=world_size,
+        pad_multiple=pad_multiple,
     )
-    return [collate(src_ids, tgt_ids, group) for group in groups]
+    return [collate(src_ids, tgt_ids, group, pad_multiple) for group in groups]
 
 
 def batches_for_inference(

@@ -20,10 +20,12 @@ or explicit files (``dataset`` left out or null)::
 Both take the tokenizer and batching knobs: ``vocab_size`` (8000), ``joint_vocab`` (true),
 ``tokenizer_type`` ("unigram" or "bpe"), ``character_coverage`` (1.0), ``max_length`` (100
 subword tokens a side; training pairs that are longer are dropped, validation and test sets are
-never cut; null keeps all) and ``max_tokens`` (4096; a batch holds at most B · max(S, T) padded
-tokens, see ``batching``). ``train_links`` (null) names a file of word links for the training
-pairs (Pharaoh ``i-j``, 0-based, source first, one line per line of the ``train`` files; e.g.
-written by ``attnmt align``): with it, training guides the attention towards them
+never cut; null keeps all), ``max_tokens`` (4096; a batch holds at most B · max(S, T) padded
+tokens, see ``batching``) and ``pad_multiple`` (1; S and T of a batch rounded up to a multiple of
+it, so that batches take a few shapes: ``batching``, "Fewer shapes"). ``train_links`` (null) names
+a file of word links for the training pairs (Pharaoh ``i-j``, 0-based, source first, one line per
+line of the ``train`` files; e.g. written by ``attnmt align``): with it, training guides the
+attention towards them
 (``attnmt.data.link_files``; weight and reading in the ``training:`` section).
 
 **Subword regularisation** (Kudo, 2018; ``attnmt.data.subword_sampling``): ``sampling_alpha``
@@ -77,6 +79,7 @@ class DataConfig:
     character_coverage: float = 1.0
     max_length: int | None = 100
     max_tokens: int = 4096
+    pad_multiple: int = 1
     sampling_alpha: float | None = None
     sampling_nbest: int = 16
     base_dir: str | None = field(default=None, compare=False)  # not a config key; see module docstring
@@ -179,6 +182,11 @@ class DataConfig:
         _check_int("max_tokens", self.max_tokens, minimum=1)
         if self.max_length is not None:
             _check_int("max_length", self.max_length, minimum=1)
+        _check_int("pad_multiple", self.pad_multiple, minimum=1)
+        longest = (self.max_length or 1000) + 1  # a side's widest row: its pieces and EOS
+        if self.pad_multiple > longest:
+            raise ConfigError(f"data.pad_multiple: must be from 1 to {longest} (max_length + 1, the widest row), "
+                              f"got {self.pad_multiple}")
         if not isinstance(self.joint_vocab, bool):
             raise ConfigError(f"data.joint_vocab: must be true or false, got {self.joint_vocab!r}")
         if self.tokenizer_type not in MODEL_TYPES:

@@ -168,7 +168,8 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
             f"{len(train_ids):,} training pairs found in {time.perf_counter() - started:.1f} s")
     valid_ids = tokenizers.encode_corpus(valid_corpus)
     valid_batches = [batch.to(device) for batch in
-                     make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False)]
+                     make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False,
+                                  pad_multiple=data.pad_multiple)]
     guide = None
     if data.train_links is not None:
         guide, report = AlignmentGuide.from_links(

@@ -197,6 +197,7 @@ class Trainer:
         all_batches = batch_indices(
             [len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
             max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed, epoch=progress.epoch,
+            pad_multiple=self.config.data.pad_multiple,
         )
         epoch_batches = shard(all_batches, context.rank, context.world_size)
         # Every rank knows every rank's batches, so the global token count of each step (which
@@ -213,7 +214,8 @@ class Trainer:
         pin = parts.device.type == "cuda"
         try:
             while progress.batch_in_epoch < len(epoch_batches):
-                batch = collate(parts.train_src, parts.train_tgt, epoch_batches[progress.batch_in_epoch])
+                batch = collate(parts.train_src, parts.train_tgt, epoch_batches[progress.batch_in_epoch],
+                                self.config.data.pad_multiple)
                 batch = (batch.pin_memory() if pin else batch).to(parts.device, non_blocking=pin)
                 self._step(batch, global_tokens[progress.batch_in_epoch])
                 if progress.stop_reason is not None:
