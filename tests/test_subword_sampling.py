@@ -107,11 +107,11 @@ def test_training_samples_each_epoch_and_evaluation_uses_the_best(tmp_path, monk
     trained: list[list[tuple[int, ...]]] = []
     collate = trainer_module.collate
 
-    def recording_collate(src_ids, tgt_ids, indices):
+    def recording_collate(src_ids, tgt_ids, indices, *rest):
         if len(trained) <= trainer_module_epoch[0]:
             trained.append([])
         trained[-1].extend(tuple(src_ids[k]) for k in indices)
-        return collate(src_ids, tgt_ids, indices)
+        return collate(src_ids, tgt_ids, indices, *rest)
 
     trainer_module_epoch = [0]
     epoch_of_sampler = SegmentationSampler.epoch
