@@ -146,6 +146,10 @@ def test_explain_prints_every_method_that_applies_and_keeps_them(tiny_run, attnm
     for method in expected:
         assert f"  {method} " in result.stdout, (method, result.stdout)
     assert ("counterfactual attention (mean" in result.stdout) == (name == "sdp")
+    per_head = "counterfactual attention per cross-attention head" in result.stdout
+    assert per_head == (name == "transformer")  # one row per cross head, the others as they are
+    if per_head:
+        assert "    cross:1:1 " in result.stdout and "    cross:1:2 " in result.stdout
     records = load_attention(out)
     assert len(records) == 2 and records[0].attributions is not None
     assert set(records[0].attributions) == set(expected) - {"attention", "random"}
@@ -158,6 +162,11 @@ def test_explain_json_and_bad_methods(tiny_run, attnmt_cli):
     assert result.returncode == 0, result.stderr
     line = json.loads(result.stdout.splitlines()[0])
     assert set(line["methods"]) == {"attention", "erasure"} and "random" in line
+    if name == "transformer":  # counterfactual attention per cross head, each with its three kinds
+        heads = set(line["head_counterfactuals"])
+        assert {"cross:1:1", "cross:1:2"} <= heads and all(head.startswith("cross:") for head in heads)
+        assert line["counterfactual"] is None
+        assert set(line["head_counterfactuals"]["cross:1:1"]) == {"permuted", "uniform", "other step"}
     refused = attnmt_cli("explain", run, "ein hund", "--methods", "rollout" if name != "transformer" else "frob")
     assert refused.returncode == 2 and refused.stdout == ""
     error = refused.stderr.strip().splitlines()[-1]  # after the line that says where the model runs

@@ -109,8 +109,35 @@ def test_pinning_one_steps_attention_changes_that_step_only_as_asked(views):
     assert pinned["out_words"][:1] == own["out_words"][:1]  # the steps before are the model's own
     assert pinned["search"][1][0] == pytest.approx(1.0, abs=1e-3)  # all of step 1 on source word 0
     assert pinned["original_output"] == own["output"]
-    with pytest.raises(RequestError, match="only an RNN"):
-        views.pin({"sentence": SENTENCE, "model": "run-2", "step": 0, "source_word": 0})
+    with pytest.raises(RequestError, match="one attention head, cross:1:1"):
+        views.pin({"sentence": SENTENCE, "model": "run", "step": 0, "source_word": 0, "head": "cross:1:2"})
+
+
+def test_a_transformer_is_pinned_stepped_through_and_replaced_in_the_cross_attention_head_asked(views):
+    """run-2 is a Transformer: each intervention names one cross-attention head; the pinned head's
+    matrix puts all of the pinned step on the source word, and the page is told to ask per head."""
+    described = {model["name"]: model for model in views.models_page()["models"]}
+    assert described["run-2"]["intervene"] and described["run-2"]["intervene_per_head"]
+    assert described["run"]["intervene"] and not described["run"]["intervene_per_head"]
+    own = views.translate({"sentence": SENTENCE, "models": ["run-2"]})["models"][0]
+    last = len(own["layers"])
+    pinned = views.pin({"sentence": SENTENCE, "model": "run-2", "step": 1, "source_word": 0,
+                        "head": f"cross:{last}:2"})
+    assert pinned["out_words"][:1] == own["out_words"][:1] and pinned["pinned"]["head"] == f"cross:{last}:2"
+    assert pinned["search"][1][0] >= 0.5 - 1e-3  # the search's mean over the last layer's 2 heads: half pinned
+    step = views.step({"sentence": SENTENCE, "model": "run-2", "step": 0, "head": "cross:1:1"})
+    scores, weights = np.array(step["scores"]), np.array(step["weights"])
+    expected = np.exp(scores - scores.max())
+    np.testing.assert_allclose(weights, expected / expected.sum(), atol=2e-4)  # α = softmax(e) in that head
+    assert "head cross:1:1" in step["mechanism"] and "√d_head" in step["equation"]
+    assert step["context_size"] == 16 // 2  # d_head of the tiny Transformer
+    uniform = views.counterfactual({"sentence": SENTENCE, "model": "run-2", "kind": "uniform", "head": "cross:1:1"})
+    assert uniform["head"] == "cross:1:1" and uniform["original_output"] == own["output"]
+    for payload, message in (({}, "name one cross-attention head"), ({"head": "cross:*:1"}, "must name one"),
+                             ({"head": "decoder_self:1:1"}, "must name one cross-attention head"),
+                             ({"head": "cross:9:1"}, "out of range")):
+        with pytest.raises(RequestError, match=message):
+            views.pin({"sentence": SENTENCE, "model": "run-2", "step": 0, "source_word": 0, **payload})
 
 
 def test_one_decoder_step_shows_scores_softmax_and_context(views):
@@ -153,8 +180,8 @@ def test_counterfactual_attention_translates_with_every_steps_weights_replaced(v
         assert all(abs(sum(row) - 1) < 1e-3 for row in answer["search"])  # still a distribution per step
     uniform = views.counterfactual({"sentence": SENTENCE, "model": "run", "kind": "uniform"})["search"]
     assert np.ptp(np.array(uniform), axis=0).max() < 1e-3  # every step the same: each piece 1/S
-    with pytest.raises(RequestError):
-        views.counterfactual({"sentence": SENTENCE, "model": "run-2", "kind": "uniform"})  # not an RNN
+    with pytest.raises(RequestError, match="name one cross-attention head"):
+        views.counterfactual({"sentence": SENTENCE, "model": "run-2", "kind": "uniform"})  # a Transformer: which head?
     with pytest.raises(RequestError, match="kind: one of permuted, uniform"):
         views.counterfactual({"sentence": SENTENCE, "model": "run", "kind": "frob"})
 
@@ -389,6 +416,28 @@ def test_a_person_switches_a_transformer_head_off_in_its_panel(server, browser):
                             ".getAttribute('aria-pressed')") == "true"
     browser.click(f"{panel} button.head[data-head='cross:1:1']")
     browser.wait_for(f"document.querySelector(\"{panel} .heads .masked\") === null")
+    assert not browser.errors()
+
+
+@pytest.mark.slow
+def test_a_person_steps_through_and_replaces_the_transformer_head_whose_matrix_is_shown(server, browser):
+    """A Transformer's panel, in Chromium: with the search's matrix shown, "step through" asks for
+    one head's matrix; with "layer 1 / head 1" chosen, it shows that head's step and its uniform attention."""
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    type_and_translate(browser, url)
+    panel = ".panel[data-model='run-2']"
+    result = f"document.querySelector(\"{panel} .result\").textContent"
+    browser.click_button("step through", within=panel)
+    browser.wait_for(f"{result}.includes(\"choose one head's matrix\")")
+    options = browser.evaluate(f"[...document.querySelector(\"{panel} select.matrix-select\").options]"
+                               ".map(o => o.textContent)")
+    browser.choose(f"{panel} select.matrix-select", str(options.index("layer 1 / head 1")))
+    browser.click_button("step through", within=panel)
+    browser.wait_for(f"document.querySelector(\"{panel} .step-table\") !== null")
+    assert "head cross:1:1" in browser.evaluate(result)
+    browser.click_button("uniform attention", within=panel)
+    browser.wait_for(f"{result}.includes('made uniform')")
+    assert "in head cross:1:1" in browser.evaluate(result)
     assert not browser.errors()
 
 

@@ -7,7 +7,8 @@ its pieces with the unknown piece), the same for a random ranking (the baseline 
 must beat), its rank agreement with the attention, and its seconds per sentence. Higher
 comprehensiveness and lower sufficiency are more faithful. ALTI+ and rollout add each output
 word's source share; an RNN with one head adds counterfactual attention (Jain & Wallace 2019): how
-far the next-word distribution moves when the weights are permuted, uniform or another step's.
+far the next-word distribution moves when the weights are permuted, uniform or another step's; a
+Transformer adds the same for each cross-attention head, one row per head.
 
 Contrastive explanations (Yin & Neubig 2022): --foil WORD --step T explains why the model wrote
 its T-th output piece and not WORD, --foil next why it wrote each piece and not its best other
@@ -231,6 +232,15 @@ def _table(label: str, explanation) -> str:
         for kind, figure in explanation.counterfactual.items():
             lines.append(f"    {kind:<11} {figure.total_variation:.3f} / {figure.jensen_shannon:.3f} / "
                          f"{figure.changed:.2f}")
+    if explanation.head_counterfactuals:
+        kinds = list(next(iter(explanation.head_counterfactuals.values())))
+        lines.append("  counterfactual attention per cross-attention head (its weights replaced at one step at a "
+                     "time, the other heads as they are): TV / JS (bits) / changed word")
+        lines.append("    " + f"{'head':<11}" + "".join(f" {kind:>22}" for kind in kinds))
+        for head, figures in explanation.head_counterfactuals.items():
+            cells = "".join(f" {figures[kind].total_variation:>6.3f} / {figures[kind].jensen_shannon:.3f} / "
+                            f"{figures[kind].changed:.2f}" for kind in kinds)
+            lines.append(f"    {head:<11}{cells}")
     if contrast is not None:
         lines.extend(_contrast_lines(explanation))
     lines.extend(f"  {note}" for note in explanation.notes)

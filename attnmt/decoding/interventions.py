@@ -15,8 +15,11 @@ Two questions a student asks first, answered on the model itself (``attnmt serve
   translation the model then writes.
 
 All three hold for the RNN's single-query mechanisms with one head (``Attention`` with
-``num_heads == 1``). The RNN asks its mechanism through ``attention.attend(query, prepared,
-step)``; within the block that method is wrapped on the instance, and restored afterwards.
+``num_heads == 1``), and for each head of a Transformer's decoder, cross-attention or masked
+self-attention, named by ``head`` (``attnmt.models.head_gates.Head``; what changes inside the layer
+is in ``attnmt.decoding.head_interventions``). The RNN asks its mechanism through
+``attention.attend(query, prepared, step)``; within the block that method is wrapped on the
+instance, and restored afterwards.
 """
 
 from __future__ import annotations
@@ -30,17 +33,42 @@ import torch
 
 from attnmt.attention.mechanisms import Attention, PreparedKeys
 from attnmt.attention.user_adapter import UserAttention
+from attnmt.decoding.head_interventions import HeadCall, changed_head, decoder_attention, head_scores, is_transformer
+from attnmt.errors import ConfigError
+from attnmt.models.head_gates import Head
 
-__all__ = ["REPLACEMENTS", "StepRecord", "can_intervene", "pinned_attention", "replaced_attention", "watched_step"]
+__all__ = ["REPLACEMENTS", "StepRecord", "can_intervene", "needs_head", "pinned_attention", "replaced_attention",
+           "watched_step"]
 
 
 def can_intervene(model: Any) -> bool:
-    """Whether ``model`` is an RNN whose mechanism has one head and returns Σ α v as its context
-    (a user's forward-form mechanism makes its own context, which a pin would not reproduce)."""
+    """Whether ``model`` is attnmt's Transformer (each decoder head, named by ``head``) or an RNN whose
+    mechanism has one head and returns Σ α v as its context (a user's forward-form mechanism makes
+    its own context, which a pin would not reproduce)."""
+    if is_transformer(model):
+        return True
     attention = getattr(model, "attention", None)
     if not isinstance(attention, Attention) or getattr(attention, "num_heads", 1) != 1:
         return False
     return not (isinstance(attention, UserAttention) and attention.form == "forward")
+
+
+def needs_head(model: Any) -> bool:
+    """Whether an intervention on ``model`` must name the head (a Transformer: several layers and heads)."""
+    return is_transformer(model)
+
+
+def _head_of(model: Any, head: Head | None) -> Head | None:
+    """``head`` for a Transformer (ConfigError without one); None for an RNN (ConfigError with one
+    other than its own cross:1:1)."""
+    if is_transformer(model):
+        if head is None:
+            raise ConfigError("a Transformer has many heads: name the one to intervene on (e.g. cross:1:1)")
+        decoder_attention(model, head)  # ConfigError naming the heads there are
+        return head
+    if head is not None and head != Head("cross", 0, 0):
+        raise ConfigError(f"{head.label()}: this RNN has one attention head, cross:1:1")
+    return None
 
 
 def _at(step_now: Any, step: int) -> bool:
@@ -48,11 +76,17 @@ def _at(step_now: Any, step: int) -> bool:
 
 
 @contextmanager
-def pinned_attention(model: Any, step: int, weights: torch.Tensor) -> Iterator[None]:
+def pinned_attention(model: Any, step: int, weights: torch.Tensor, head: Head | None = None) -> Iterator[None]:
     """Within the block, ``model``'s attention at decoding step ``step`` puts ``weights`` [S] (a
     distribution over the source positions) where its own would be, for every row asked, or
     ``weights`` [N, S], one distribution per row (the counterfactuals of
-    ``attnmt.evaluation.counterfactual``)."""
+    ``attnmt.evaluation.counterfactual``). For a Transformer, in ``head``: over the source for a
+    cross-attention head, over the target positions 0 … step for a decoder self-attention head."""
+    if _head_of(model, head) is not None:
+        assert head is not None
+        with changed_head(model, head, _pin(step, weights, head)):
+            yield
+        return
     attention = model.attention
     original = attention.attend
 
@@ -73,8 +107,22 @@ def pinned_attention(model: Any, step: int, weights: torch.Tensor) -> Iterator[N
 REPLACEMENTS = ("permuted", "uniform")
 
 
+def _pin(step: int, weights: torch.Tensor, head: Head) -> Any:
+    """A ``changed_head`` change that puts ``weights`` at target position ``step``."""
+    def change(call: HeadCall) -> torch.Tensor | None:
+        if step not in call.positions:
+            return None
+        keys = call.weights.shape[-1]
+        if weights.shape[-1] != keys:
+            raise ConfigError(f"{head.label()}: {weights.shape[-1]} pinned weights for {keys} positions at step {step}")
+        new = call.weights.clone()
+        new[:, call.positions.index(step)] = weights.to(new.dtype).to(new.device).expand(new.shape[0], -1)
+        return new
+    return change
+
+
 @contextmanager
-def replaced_attention(model: Any, kind: str, seed: int = 0) -> Iterator[None]:
+def replaced_attention(model: Any, kind: str, seed: int = 0, head: Head | None = None) -> Iterator[None]:
     """Within the block, ``model``'s attention at *every* step is replaced before its context is
     taken: ``uniform``, 1/S on each real source position, or ``permuted``, its own weights
     permuted over the real source positions (one permutation per sentence row, drawn from
@@ -82,6 +130,11 @@ def replaced_attention(model: Any, kind: str, seed: int = 0) -> Iterator[None]:
     writes when its attention carries no information, or the wrong one (Jain & Wallace, 2019)."""
     if kind not in REPLACEMENTS:
         raise ValueError(f"replaced_attention: kind must be one of {', '.join(REPLACEMENTS)}, got {kind!r}")
+    if _head_of(model, head) is not None:
+        assert head is not None
+        with changed_head(model, head, _replacement(kind, seed)):
+            yield
+        return
     attention = model.attention
     original = attention.attend
     generator = torch.Generator().manual_seed(seed)
@@ -111,6 +164,28 @@ def replaced_attention(model: Any, kind: str, seed: int = 0) -> Iterator[None]:
         del attention.attend
 
 
+def _replacement(kind: str, seed: int) -> Any:
+    """A ``changed_head`` change that replaces a head's weights at every position: uniform over the
+    keys a query may attend to, or its own permuted over them (one permutation per number of keys)."""
+    generator = torch.Generator().manual_seed(seed)
+    orders: dict[int, torch.Tensor] = {}
+
+    def change(call: HeadCall) -> torch.Tensor:
+        allowed = call.allowed.to(call.weights.dtype)
+        if kind == "uniform":
+            return allowed / allowed.sum(-1, keepdim=True).clamp_min(1)
+        new = torch.zeros_like(call.weights)
+        for row in range(new.shape[0]):
+            for query in range(new.shape[1]):
+                places = call.allowed[row, query].nonzero().flatten()
+                count = int(places.numel())
+                if count not in orders:
+                    orders[count] = torch.randperm(count, generator=generator)
+                new[row, query, places] = call.weights[row, query, places[orders[count].to(places.device)]]
+        return new
+    return change
+
+
 @dataclass
 class StepRecord:
     """One decoding step of one sentence: the scores e_s [S] (None when the mechanism has none of
@@ -122,9 +197,27 @@ class StepRecord:
 
 
 @contextmanager
-def watched_step(model: Any, step: int) -> Iterator[list[StepRecord]]:
+def watched_step(model: Any, step: int, head: Head | None = None) -> Iterator[list[StepRecord]]:
     """Within the block, the first time ``model`` decodes step ``step`` its mechanism's scores,
-    weights and context (of the first row) are recorded in the list the block receives."""
+    weights and context (of the first row) are recorded in the list the block receives; for a
+    Transformer, those of ``head`` (its context Σ α v of the head's values, [d_head])."""
+    if _head_of(model, head) is not None:
+        assert head is not None
+        watched: list[StepRecord] = []
+        layer_attention = decoder_attention(model, head)
+
+        def record(call: HeadCall) -> None:
+            if step in call.positions and not watched:
+                at = call.positions.index(step)
+                scores = head_scores(layer_attention, call.queries[:1, at:at + 1], call.keys[:1])
+                weights = call.weights[0, at]
+                watched.append(StepRecord(None if scores is None else scores[0, 0].detach(), weights.detach(),
+                                          torch.matmul(weights.to(call.values.dtype), call.values[0]).detach()))
+            return None
+
+        with changed_head(model, head, record):
+            yield watched
+        return
     attention = model.attention
     original = attention.attend
     seen: list[StepRecord] = []

@@ -17,7 +17,8 @@ with the model's own p::
     changed           [argmax q ≠ argmax p]
 
 Each figure is the mean over the output tokens. It holds for the RNN's mechanisms whose context
-is Σ_s α_s v_s with one head (``can_intervene``); the others are refused in one line.
+is Σ_s α_s v_s with one head (``can_intervene``), and for each cross-attention head of a Transformer
+(``head``: every other head and layer attends as its own); the others are refused in one line.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnmt.decoding.interventions import can_intervene, pinned_attention
+from attnmt.decoding.interventions import can_intervene, pinned_attention, watched_step
 from attnmt.errors import ConfigError
+from attnmt.models.head_gates import Head
 
 __all__ = ["COUNTERFACTUALS", "Counterfactual", "counterfactual_attention", "divergences"]
 
@@ -78,8 +80,12 @@ def divergences(log_p: torch.Tensor, log_q: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def counterfactual_attention(model: Any, source: Sequence[int], output: Sequence[int], *, start: int,
-                             seed: int = 0) -> dict[str, Counterfactual]:
-    """The three counterfactuals of one pair (complete rows of ids) on attnmt's RNN ``model``."""
+                             seed: int = 0, head: Head | None = None) -> dict[str, Counterfactual]:
+    """The three counterfactuals of one pair (complete rows of ids) on attnmt's RNN ``model``, or on
+    cross-attention head ``head`` of attnmt's Transformer."""
+    if head is not None and head.part != "cross":
+        raise ConfigError(f"{head.label()}: counterfactual attention replaces weights over the source: "
+                          "a cross-attention head")
     if not can_intervene(model):
         raise ConfigError("counterfactual attention replaces one head's weights over the source in an RNN; "
                           "this model has several heads, no attention of its own, or is not attnmt's RNN")
@@ -92,7 +98,7 @@ def counterfactual_attention(model: Any, source: Sequence[int], output: Sequence
             src = torch.tensor([list(source)], device=device)
             encoded = model.encode(src, torch.ones_like(src, dtype=torch.bool))
             inputs = [start, *output[:-1]]
-            own = _own_steps(model, encoded, inputs)  # [(log p [V], α [S], state before)]
+            own = _own_steps(model, encoded, inputs, head)  # [(log p [V], α [S], state before)]
             kinds = _kinds(len(output), len(source), [weights for _, weights, _ in own], generator)
             figures: dict[str, list[torch.Tensor]] = {kind: [] for kind in kinds}
             several = encoded.index_select(torch.zeros(len(kinds), dtype=torch.long, device=device))
@@ -100,7 +106,7 @@ def counterfactual_attention(model: Any, source: Sequence[int], output: Sequence
                 replaced = torch.stack([kinds[kind][step] for kind in kinds]).to(device)
                 rows = state.index_select(torch.zeros(len(kinds), dtype=torch.long, device=device))
                 token = torch.full((len(kinds),), inputs[step], dtype=torch.long, device=device)
-                with pinned_attention(model, step, replaced):
+                with pinned_attention(model, step, replaced, head=head):
                     log_q, _, _ = model.decode_step(token, rows, several, step)
                 measured = divergences(log_p, log_q.cpu())
                 for index, kind in enumerate(kinds):
@@ -115,14 +121,22 @@ def counterfactual_attention(model: Any, source: Sequence[int], output: Sequence
     return result
 
 
-def _own_steps(model: Any, encoded: Any, inputs: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
-    """The model's own steps: each step's log-probabilities [V], weights [S] and the state it started from."""
+def _own_steps(model: Any, encoded: Any, inputs: Sequence[int], head: Head | None = None
+               ) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
+    """The model's own steps: each step's log-probabilities [V], weights [S] (the mechanism's, or
+    ``head``'s) and the state it started from."""
     device = encoded.states.device
     state = model.init_decoder_state(encoded)
     steps = []
     for step, token in enumerate(inputs):
-        log_p, weights, next_state = model.decode_step(torch.tensor([token], device=device), state, encoded, step)
-        steps.append((log_p[0].cpu(), weights[0].cpu(), state))
+        if head is None:
+            log_p, weights, next_state = model.decode_step(torch.tensor([token], device=device), state, encoded, step)
+            weights = weights[0]
+        else:
+            with watched_step(model, step, head) as seen:
+                log_p, _, next_state = model.decode_step(torch.tensor([token], device=device), state, encoded, step)
+            weights = seen[0].weights
+        steps.append((log_p[0].cpu(), weights.cpu(), state))
         state = next_state
     return steps
 

@@ -14,8 +14,9 @@ decoder layer's cross-attention averaged over its heads) or any method of the at
   top-1 agreement);
 - timed (seconds for the attribution itself, not its scoring).
 
-ALTI+ and rollout add each output piece's source share (the rest is the target prefix's), and an
-RNN with one head adds counterfactual attention (``attnmt.evaluation.counterfactual``).
+ALTI+ and rollout add each output piece's source share (the rest is the target prefix's); an RNN
+with one head adds counterfactual attention (``attnmt.evaluation.counterfactual``), and attnmt's
+Transformer the same for each cross-attention head (``head_counterfactuals``, by ``cross:LAYER:HEAD``).
 
 Contrastive explanations ("why y_t and not y′_t?", Yin & Neubig, 2022): with a ``Foil``, every
 method that depends on the output explains log p(y_t | y_<t, x) − log p(y′_t | y_<t, x) at the
@@ -47,11 +48,12 @@ from attnmt.attribution.methods import STEPS as DEFAULT_STEPS
 from attnmt.data.pieces import merge_subwords
 from attnmt.data.special_tokens import BOS_ID, PAD_ID
 from attnmt.decoding.base import BaseTranslator, Translation
-from attnmt.decoding.interventions import can_intervene
+from attnmt.decoding.interventions import can_intervene, needs_head
 from attnmt.errors import ConfigError
 from attnmt.evaluation.agreement import translation_agreement
 from attnmt.evaluation.counterfactual import Counterfactual, counterfactual_attention
 from attnmt.evaluation.faithfulness import RANDOM, Faithfulness, translation_faithfulness
+from attnmt.models.head_gates import parse_heads
 
 __all__ = ["ATTENTION", "DEFAULT_METHODS", "EXPLAIN_METHODS", "Contrast", "ExplainSettings", "Explanation", "Foil",
            "MethodReport", "check_methods", "explain", "explain_one", "word_matrix"]
@@ -148,6 +150,7 @@ class Explanation:
     counterfactual: dict[str, Counterfactual] | None = None
     notes: list[str] = field(default_factory=list)
     contrast: Contrast | None = None
+    head_counterfactuals: dict[str, dict[str, Counterfactual]] | None = None
 
     def word_matrix(self, method: str) -> tuple[np.ndarray, list[str], list[str]]:
         """``method``'s matrix over words: (scores [T', S'], source words, output words)."""
@@ -159,6 +162,9 @@ class Explanation:
                   RANDOM: self.random.to_dict(),
                   "counterfactual": None if self.counterfactual is None else
                   {kind: figure.to_dict() for kind, figure in self.counterfactual.items()}}
+        if self.head_counterfactuals is not None:
+            result["head_counterfactuals"] = {head: {kind: figure.to_dict() for kind, figure in kinds.items()}
+                                              for head, kinds in self.head_counterfactuals.items()}
         if self.contrast is not None:
             result["contrast"] = self.contrast.to_dict()
         return result
@@ -227,19 +233,24 @@ def _explained(translator: BaseTranslator, translation: Translation, attribution
             top1 = float(np.mean(same_top)) if same_top else None
         share = scores.sum(axis=1).tolist() if method in SHARE_METHODS else None
         reports[method] = MethodReport(measured.get(method, Faithfulness()), rho, top1, seconds[method], share)
-    figures, notes = None, []
+    figures, per_head, notes = None, None, []
     model = translator.attributed_model
     if settings.counterfactual and model is not None and can_intervene(model):
         sources, outputs = translator.piece_ids([translation])
-        figures = counterfactual_attention(model, sources[0], outputs[0], start=BOS_ID, seed=settings.seed)
+        if needs_head(model):  # a Transformer: each cross-attention head in turn, the others as they are
+            per_head = {head.label(): counterfactual_attention(model, sources[0], outputs[0], start=BOS_ID,
+                                                               seed=settings.seed, head=head)
+                        for head in parse_heads("cross:*:*", model)}
+        else:
+            figures = counterfactual_attention(model, sources[0], outputs[0], start=BOS_ID, seed=settings.seed)
     elif settings.counterfactual:
-        notes.append("counterfactual attention: only for an RNN whose mechanism has one head and its own "
-                     "weights over the source; not for this model")
+        notes.append("counterfactual attention: only for attnmt's Transformer and an RNN whose mechanism has one "
+                     "head and its own weights over the source; not for this model")
     contrast = None
     if foils is not None and settings.foil is not None:
         contrast = _contrast(translator, translation, foils, settings.foil, list(attributions))
     return Explanation(translation, attributions, reports, measured.get(RANDOM, Faithfulness()), figures, notes,
-                       contrast)
+                       contrast, per_head)
 
 
 # --------------------------------------------------------------------------------------------

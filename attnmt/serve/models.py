@@ -18,7 +18,7 @@ from typing import Any
 from attnmt.alignment.protocol import read_gold_split
 from attnmt.data import load_split
 from attnmt.decoding.hf import HFTranslator
-from attnmt.decoding.interventions import can_intervene
+from attnmt.decoding.interventions import can_intervene, needs_head
 from attnmt.decoding.translator import Translator
 from attnmt.errors import AttnmtError, ConfigError
 from attnmt.models import count_parameters
@@ -53,8 +53,14 @@ class ServedModel:
 
     @property
     def can_intervene(self) -> bool:
-        """Pin one step's attention, or step through one step: an RNN with a one-head mechanism."""
-        return isinstance(self.translator, Translator) and self.kind == "rnn" and can_intervene(self.translator.model)
+        """Pin one step's attention, step through one step, or replace every step's: an RNN with a
+        one-head mechanism, or attnmt's Transformer (in one cross-attention head the request names)."""
+        return isinstance(self.translator, Translator) and can_intervene(self.translator.model)
+
+    @property
+    def intervenes_per_head(self) -> bool:
+        """Whether an intervention names its head (``cross:LAYER:HEAD``): a Transformer."""
+        return self.can_intervene and needs_head(self.translator.model)
 
     def describe(self) -> dict[str, Any]:
         """What the page needs to know of this model."""
@@ -70,6 +76,7 @@ class ServedModel:
                 "layers": layers, "heads": heads, "parameters": count_parameters(translator.model),
                 "head_parts": {part: list(shape) for part, shape in head_count(translator.attributed_model).items()},
                 "prefix": self.can_decode_from_prefix, "intervene": self.can_intervene,
+                "intervene_per_head": self.intervenes_per_head,
                 "device": str(translator.device), "saliency_methods": self.saliency_methods}
 
     @property

@@ -31,6 +31,7 @@ from attnmt.alignment import TranslatorAligner, alignment_error_rate
 from attnmt.attention.user_code import UserCodeError
 from attnmt.attribution.methods import ATTENTION, NAMES, check_applies
 from attnmt.data.pieces import group_pieces, merge_subwords
+from attnmt.decoding.head_interventions import decoder_attention
 from attnmt.decoding.interventions import REPLACEMENTS, pinned_attention, replaced_attention, watched_step
 from attnmt.decoding.search import length_penalty
 from attnmt.errors import AttnmtError, ConfigError
@@ -53,6 +54,11 @@ MAX_SALIENCY_STEPS = 64
 SERVE_STEPS = 10
 MAX_LINKS = 2000
 MAX_PREFIX_WORDS = 200
+
+
+#: what one head of a Transformer computes at output step t (Vaswani et al., 2017), for the step view
+HEAD_EQUATION = ("e_t,l = q_t,i · k_l,i / √d_head (or the run's own score);  α_t = softmax(e_t) over the source;  "
+                 "head_i(t) = Σ_l α_t,l v_l,i;  output(t) = W^O [head_1(t); …; head_h(t)] + b^O")
 
 
 class RequestError(Exception):
@@ -187,9 +193,26 @@ class Views:
         if needs == "prefix" and not served.can_decode_from_prefix:
             raise RequestError(400, f"model {served.name!r}: a Hugging Face model cannot decode from a prefix here")
         if needs == "intervene" and not served.can_intervene:
-            raise RequestError(400, f"model {served.name!r}: only an RNN with a one-head mechanism can be "
-                                    "stepped through or pinned")
+            raise RequestError(400, f"model {served.name!r}: only attnmt's Transformer and an RNN with a one-head "
+                                    "mechanism can be stepped through or pinned")
         return served
+
+    @staticmethod
+    def _intervened_head(served: ServedModel, payload: dict) -> Head | None:
+        """The one cross-attention head ``payload["head"]`` names (``cross:LAYER:HEAD``) for a
+        Transformer, which needs one; None for an RNN, which has one."""
+        spec = _text(payload, "head", limit=100, required=False)
+        if not served.intervenes_per_head:
+            if spec and spec != "cross:1:1":
+                raise RequestError(400, f"head: model {served.name!r} has one attention head, cross:1:1")
+            return None
+        if not spec:
+            raise RequestError(400, f"head: model {served.name!r} is a Transformer; name one cross-attention head, "
+                                    "e.g. cross:1:1 (choose one head's matrix on the page)")
+        heads = Views._heads(served, spec)
+        if len(heads) != 1 or heads[0].part != "cross":
+            raise RequestError(400, f"head: {spec!r:.60} must name one cross-attention head, e.g. cross:1:1")
+        return heads[0]
 
     def _run(self, served: ServedModel, work: Callable[[], Any], priority: int = 0) -> Any:
         """``work()`` on ``served`` under its lock, as a job (``self.jobs``; slow work at priority 1);
@@ -352,15 +375,16 @@ class Views:
         kind = payload.get("kind")
         if kind not in REPLACEMENTS:
             raise RequestError(400, f"kind: one of {', '.join(REPLACEMENTS)}, got {kind!r:.40}")
+        head = self._intervened_head(served, payload)
         self._check_length(served, sentence)
 
         def work() -> dict[str, Any]:
             translator = served.translator
             own = translator.translate([sentence], beam=1)[0]
-            with replaced_attention(translator.model, kind):
+            with replaced_attention(translator.model, kind, head=head):
                 translation = translator.translate([sentence], beam=1, return_attention=True)[0]
             view = self.matrices(served, translation)
-            view.update(kind=kind, original_output=own.output)
+            view.update(kind=kind, original_output=own.output, head=None if head is None else head.label())
             return view
 
         return self._run(served, work)
@@ -412,6 +436,7 @@ class Views:
         its pieces); the words before ``step`` are the model's own (its greedy translation)."""
         sentence = _text(payload, "sentence")
         served = self._one(payload, needs="intervene")
+        head = self._intervened_head(served, payload)
         self._check_length(served, sentence)
 
         def work() -> dict[str, Any]:
@@ -422,10 +447,11 @@ class Views:
             weights = torch.zeros(len(original.src_pieces))
             start, stop = src_groups[source_word]
             weights[start:stop] = 1.0 / (stop - start)
-            with pinned_attention(translator.model, first_piece, weights):
+            with pinned_attention(translator.model, first_piece, weights, head=head):
                 translation = translator.translate_from_prefix(sentence, pieces)
             view = self.matrices(served, translation, forced=first_piece)
-            view.update(pinned={"step": step, "source_word": source_word},
+            view.update(pinned={"step": step, "source_word": source_word,
+                                "head": None if head is None else head.label()},
                         original_output=original.output,
                         source_positions=_source_positions(_words_of(translation.src_pieces), sentence))
             return view
@@ -438,23 +464,31 @@ class Views:
         c = Σ α_s v_s (its first dimensions and its norm), with the mechanism's own equation."""
         sentence = _text(payload, "sentence")
         served = self._one(payload, needs="intervene")
+        head = self._intervened_head(served, payload)
         self._check_length(served, sentence)
 
         def work() -> dict[str, Any]:
             translator = served.translator
             original, step, piece, ids = _up_to_step(translator, sentence, payload)
-            with watched_step(translator.model, piece) as seen:
+            with watched_step(translator.model, piece, head=head) as seen:
                 translator.translate_from_prefix(sentence, ids)
             record = seen[0]
-            attention = translator.model.attention
             model_config = translator.run_config.model
+            if head is None:
+                attention = translator.model.attention
+                mechanism = type(attention).__name__
+            else:  # one head of a Transformer's cross-attention: its own query, keys and values
+                attention = decoder_attention(translator.model, head)
+                mechanism = f"{type(attention).__name__}, head {head.label()}"
             context = record.context.float()
             return {
                 "model": served.name, "step": step, "output_piece": original.out_pieces[piece],
-                "src_pieces": list(original.src_pieces), "mechanism": type(attention).__name__,
-                "equation": (type(attention).__doc__ or "").strip().replace("``", ""),
-                "equation_mathml": equation_mathml(str(getattr(model_config, "attention", "")),
-                                                   getattr(model_config, "attention_options", None)),
+                "src_pieces": list(original.src_pieces), "mechanism": mechanism,
+                "head": None if head is None else head.label(),
+                "equation": (HEAD_EQUATION if head is not None else
+                             (type(attention).__doc__ or "").strip().replace("``", "")),
+                "equation_mathml": None if head is not None else equation_mathml(
+                    str(getattr(model_config, "attention", "")), getattr(model_config, "attention_options", None)),
                 "scores": None if record.scores is None else [round(float(v), 4) for v in record.scores.float()],
                 "weights": [round(float(v), 4) for v in record.weights.float()],
                 "context": [round(float(v), 4) for v in context[:16]], "context_size": int(context.numel()),

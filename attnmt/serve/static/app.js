@@ -68,7 +68,8 @@
       const prefix = layers.length > 1 ? `layer ${l + 1}` : "";
       if (heads.length > 1) choices.push([`${prefix || "all heads"}${prefix ? ": " : ""}mean over heads`, mean(heads)]);
       heads.forEach((matrix, h) => {
-        if (layers.length * heads.length > 1) choices.push([`${prefix}${prefix ? " / " : ""}head ${h + 1}`, matrix]);
+        // the third item names the head for the pin, the step view and the replaced attention of a Transformer
+        if (layers.length * heads.length > 1) choices.push([`${prefix}${prefix ? " / " : ""}head ${h + 1}`, matrix, `cross:${l + 1}:${h + 1}`]);
       });
     });
     return choices;
@@ -424,10 +425,24 @@
     return changed;
   }
 
+  // The head an intervention acts on: for a Transformer, the head whose matrix is shown (an error
+  // naming what to choose otherwise); an RNN has one, and sends none.
+  function interventionHead(record) {
+    if (!record.model.intervene_per_head) return {};
+    const choice = matrixChoices(record.view)[record.choice];
+    if (!choice || !choice[2]) throw new Error("choose one head's matrix (layer … / head …) above: the pin, the step view and the replaced attention act on that head");
+    return { head: choice[2] };
+  }
+
+  function headWords(record) {
+    const chosen = interventionHead(record);
+    return chosen.head ? ` in head ${chosen.head}` : "";
+  }
+
   async function counterfactual(record, kind) {
     try {
-      const view = await api("/api/counterfactual", { sentence: state.sentence, model: record.view.model, kind });
-      showResult(record, `every step's attention ${kind === "uniform" ? "made uniform" : "permuted over the source"}`, view,
+      const view = await api("/api/counterfactual", { sentence: state.sentence, model: record.view.model, kind, ...interventionHead(record) });
+      showResult(record, `every step's attention${headWords(record)} ${kind === "uniform" ? "made uniform" : "permuted over the source"}`, view,
                  `the model's own: ${view.original_output}${view.output === view.original_output ? " (the same: this attention did not matter here)" : ""}`);
     } catch (error) {
       showResult(record, error.message, { output: "", out_words: [], src_words: [], search: [], layers: [] });
@@ -436,8 +451,8 @@
 
   async function pin(record, row, col) {
     try {
-      const view = await api("/api/pin", { sentence: state.sentence, model: record.view.model, step: row, source_word: col });
-      showResult(record, `attention of "${record.view.out_words[row]}" pinned on "${record.view.src_words[col]}"`, view,
+      const view = await api("/api/pin", { sentence: state.sentence, model: record.view.model, step: row, source_word: col, ...interventionHead(record) });
+      showResult(record, `attention${headWords(record)} of "${record.view.out_words[row]}" pinned on "${record.view.src_words[col]}"`, view,
                  `before: ${view.original_output}`);
     } catch (error) {
       showResult(record, error.message, { output: "", out_words: [], src_words: [], search: [], layers: [] });
@@ -464,7 +479,7 @@
     const focused = record.panel.querySelector(".out-word.current");
     const step = focused ? Number(focused.dataset.row) : 0;
     try {
-      const answer = await api("/api/step", { sentence: state.sentence, model: record.view.model, step });
+      const answer = await api("/api/step", { sentence: state.sentence, model: record.view.model, step, ...interventionHead(record) });
       const table = el("table", { class: "step-table" },
         el("tr", {}, el("th", { text: "source piece" }), el("th", { text: "score e_s" }), el("th", { text: "α_s = softmax" }), el("th", {})));
       answer.src_pieces.forEach((piece, s) => {
