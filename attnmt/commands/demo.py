@@ -91,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.runs.folder import eval_json_path  # torch only when the command runs (attnmt --help stays fast)
 
     report = json.loads(eval_json_path(run_dir, TEST_SPLIT, 5).read_text(encoding="utf-8"))
-    print(f"\ndemo: {minutes} minutes of training gave {report['bleu']:.1f} BLEU on {TEST_SPLIT} "
-          f"(beam 5, cased sacrebleu)")
     print("\n== 6. See it attend, live ==")
     print(f"type your own sentences and watch the model attend: attnmt serve {run_dir}   "
           f"(then open the address it prints)")
+    # the last line is the result, so that `make demo | tail -1` shows it
+    print(f"\ndemo: {minutes} minutes of training gave {report['bleu']:.1f} BLEU on {TEST_SPLIT} "
+          f"(beam 5, cased sacrebleu)")
     return 0

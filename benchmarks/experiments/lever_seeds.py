@@ -6,8 +6,9 @@ the seed, read from their run folders (no training here), as mean ± standard de
         sampling=runs/ab/rnn5-a0.5-s1,...:data.sampling_alpha 0.5 \
         --json benchmarks/results/recipes/rnn5_lever_seeds.json
 
-The first group is the baseline. For each group: the seeds, steps, median training target tokens/s,
-training minutes and, at the best checkpoint, validation perplexity; and validation BLEU with beam 5
+The first group is the baseline. For each group: the seeds, steps, target tokens trained, median
+training target tokens/s, training minutes, the largest resident memory the trainer logged
+(``resident_gib``, read every ``log_every`` steps) and, at the best checkpoint, validation perplexity; and validation BLEU with beam 5
 on the whole validation set, as ``attnmt evaluate RUN --split valid --beam 5`` wrote it (each run
 must have been scored so). The difference of each group's mean BLEU from the baseline's is given
 beside the larger of the two groups' standard deviations: a difference smaller than that spread is
@@ -69,6 +70,9 @@ def main() -> int:
             "tokens_per_s": spread([r["tokens_per_s_median"] for r in runs], 0),
             "minutes": spread([r["minutes"] for r in runs]),
             "best_val_ppl": spread([r["best_val_ppl"] for r in runs]),
+            "target_tokens_millions": spread([r["target_tokens"] / 1e6 for r in runs]),
+            "resident_gib_max": (spread([r["resident_gib_max"] for r in runs])
+                                 if all(r["resident_gib_max"] is not None for r in runs) else None),
             "valid_bleu_beam5": spread([r["valid_bleu_beam5"] for r in runs]),
         })
     base = groups[0]["valid_bleu_beam5"]
@@ -81,9 +85,10 @@ def main() -> int:
         rows.append([group["name"], group["what"], ",".join(map(str, group["seeds"])),
                      f"{group['steps']['mean']:,.0f}", f"{group['tokens_per_s']['mean']:,.0f}",
                      f"{group['best_val_ppl']['mean']:.2f} ± {group['best_val_ppl']['std']:.2f}",
-                     f"{bleu['mean']:.2f} ± {bleu['std']:.2f}", f"{group['difference']:+.2f}"])
+                     f"{bleu['mean']:.2f} ± {bleu['std']:.2f}", f"{group['difference']:+.2f}",
+                     "–" if group["resident_gib_max"] is None else f"{group['resident_gib_max']['mean']:.2f}"])
     print(format_table(["lever", "what changed", "seeds", "steps", "tokens/s", "val ppl", "val BLEU, beam 5",
-                        "vs first"], rows))
+                        "vs first", "resident GiB"], rows))
     write_text_atomic(args.json, json.dumps(portable({"note": args.note, "groups": groups}), indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0

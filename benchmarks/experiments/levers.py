@@ -28,6 +28,7 @@ def summarize(run: Path) -> dict:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     summary = [r for r in records if r["type"] == "summary"][-1]
     train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
+    resident = [r["resident_gib"] for r in records if r["type"] == "train" and r.get("resident_gib") is not None]
     config = read_saved_config(run)  # with the values of options a run saved before them ran with
     scored = eval_json_path(run, "val", beam=5)  # what `attnmt evaluate RUN --split valid --beam 5` wrote
     valid_beam5 = json.loads(scored.read_text(encoding="utf-8")) if scored.is_file() else None
@@ -36,6 +37,7 @@ def summarize(run: Path) -> dict:
         "dropout_mask": config["model"].get("dropout_mask", "bernoulli"),
         "adam": config["training"]["adam"],
         "vocab_size": config["data"]["vocab_size"], "max_tokens": config["data"]["max_tokens"],
+        "pad_multiple": config["data"].get("pad_multiple", 1),
         "lr": config["training"]["lr"], "lr_schedule": config["training"].get("lr_schedule", "constant"),
         "precision": config["training"].get("precision", "fp32"),
         "steps": summary["step"], "minutes": round(summary["elapsed"] / 60, 2),
@@ -46,6 +48,7 @@ def summarize(run: Path) -> dict:
         "warmdown_share": (config["training"].get("warmdown_share")
                            if config["training"].get("lr_schedule") == "warmdown" else None),
         "ema_decay": config["training"].get("ema_decay"),
+        "resident_gib_max": max(resident) if resident else None,  # read every log_every steps
         "valid_bleu_beam5": round(valid_beam5["bleu"], 2) if valid_beam5 else None,
     }
 

@@ -1,0 +1,92 @@
+"""A training's resident memory over its minutes, and its speed, read from finished run folders.
+
+The trainer logs its resident memory (``resident_gib``, VmRSS) and its target tokens/s every
+``log_every`` steps into ``metrics.jsonl``. For each run this script gives that curve, its largest
+value over the whole run and over the first ``--early`` minutes, the steps, the target tokens trained
+and the median tokens/s, with the run's ``data.pad_multiple``. Where the run was started under
+``/usr/bin/time -f "%M kB" -o RUN.rss``, the largest resident memory the kernel saw (between two
+log lines too) is read from that file beside the run folder.
+
+    PYTHONPATH=benchmarks python benchmarks/experiments/memory_curve.py \\
+        pad1=runs/ab/hansards-pad1 pad8=runs/ab/hansards-pad8 --json benchmarks/results/speed/memory_hansards.json
+
+Prints a table; writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnmt.runs.folder import read_saved_config
+from attnmt.runtime.atomic_files import write_text_atomic
+from attnmt.runtime.tables import format_table
+
+from common import cpu_name, machine, portable
+
+
+def largest_resident_by_time(run: Path) -> float | None:
+    """GiB from ``RUN.rss`` (``/usr/bin/time -f "%M kB"``), or None when there is no such file."""
+    rss = run.with_name(run.name + ".rss")
+    if not rss.is_file():
+        return None
+    for line in rss.read_text(encoding="utf-8").splitlines():
+        if line.endswith(" kB"):
+            return round(int(line.split()[0]) / 2**20, 3)
+    return None
+
+
+def curve_of(run: Path, early_minutes: float) -> dict:
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file():
+        raise SystemExit(f"memory_curve.py: {run}: no metrics.jsonl (not a run folder)")
+    records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line]
+    train = [r for r in records if r["type"] == "train" and r.get("resident_gib") is not None]
+    if not train:
+        raise SystemExit(f"memory_curve.py: {run}: no training lines with resident_gib")
+    speeds = sorted(r["tokens_per_s"] for r in train)
+    summary = next((r for r in reversed(records) if r["type"] == "summary"), None)
+    config = read_saved_config(run)
+    early = [r["resident_gib"] for r in train if r["elapsed"] <= early_minutes * 60]
+    return {
+        "run": str(run), "pad_multiple": config["data"].get("pad_multiple", 1),
+        "steps": train[-1]["step"], "minutes": round(train[-1]["elapsed"] / 60, 2),
+        "target_tokens": summary.get("target_tokens") if summary else None,
+        "tokens_per_s_median": round(speeds[len(speeds) // 2]),
+        "resident_gib_max": max(r["resident_gib"] for r in train),
+        "resident_gib_max_early": max(early) if early else None,
+        "resident_gib_last": train[-1]["resident_gib"],
+        "largest_resident_gib_by_time": largest_resident_by_time(run),
+        "curve": [[round(r["elapsed"] / 60, 2), r["resident_gib"]] for r in train],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="NAME=RUN")
+    parser.add_argument("--early", type=float, default=6.0, help="minutes of the early maximum (default 6)")
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--note", default="", help="how the runs were made (recorded in the JSON)")
+    args = parser.parse_args()
+    results = {}
+    for item in args.runs:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            parser.error(f"{item!r}: expected NAME=RUN")
+        results[name] = curve_of(Path(path), args.early)
+    rows = [[name, r["pad_multiple"], r["steps"], r["minutes"], f"{r['tokens_per_s_median']:,}",
+             r["resident_gib_max_early"], r["resident_gib_max"], r["largest_resident_gib_by_time"] or "–"]
+            for name, r in results.items()]
+    print(format_table(["run", "pad multiple", "steps", "minutes", "tokens/s", f"GiB, first {args.early:g} min",
+                        "GiB, largest logged", "GiB, largest (time)"], rows))
+    write_text_atomic(args.json, json.dumps(portable({
+        "note": args.note, "machine": machine("torch"), "cpu": cpu_name(), "early_minutes": args.early,
+        "runs": results}), indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
