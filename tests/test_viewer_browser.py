@@ -135,6 +135,27 @@ def test_choosing_a_head_repaints_the_heatmap(browser, viewer_page):
     assert browser.errors() == []
 
 
+def test_the_heads_grid_shows_every_head_small_and_a_click_shows_one_large(browser, viewer_page):
+    """A multi-head example has a layers × heads grid of small heatmaps, one dot per weight; a click
+    on one shows that head in the large heatmap and in the select box, and marks it."""
+    examples, _ = viewer_page
+    heads = examples[0]["heads"]
+    minis = "#example-1 .heads-grid button.mini"
+    assert browser.evaluate(f"document.querySelectorAll('{minis}').length") == 4  # 2 layers × 2 heads
+    dots = browser.evaluate(f"document.querySelector('{minis}').querySelectorAll('span').length")
+    assert dots == heads["layer 1 / head 1"].size
+    assert browser.evaluate("document.querySelector('#example-2 .heads-grid')") is None  # one matrix only
+    browser.click(f"{minis}[title='layer 2 / head 2']")
+    weights = browser.evaluate(
+        "Array.from(document.querySelectorAll('#example-1 td.cell')).map(c => Number(c.dataset.weight))")
+    expected = heads["layer 2 / head 2"]
+    np.testing.assert_allclose(np.reshape(weights, expected.shape), expected, atol=1e-4)
+    chosen = browser.evaluate("document.querySelector('#example-1 select').value")
+    assert chosen == str(list(heads).index("layer 2 / head 2"))
+    assert browser.evaluate(f"document.querySelector('{minis}.shown').title") == "layer 2 / head 2"
+    assert browser.errors() == []
+
+
 def test_filter_box_hides_examples_that_do_not_match(browser, viewer_page):
     browser.type_into("#filter", "w1")
     hidden = browser.evaluate("Array.from(document.querySelectorAll('details.example')).map(d => d.hidden)")
