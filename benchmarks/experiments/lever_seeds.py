@@ -51,11 +51,24 @@ def read_run(run: Path) -> dict:
     return {"run": str(run), "seed": read_saved_config(run)["training"]["seed"], **summarize(run)}
 
 
+def test_bleu(runs: list[dict], split: str | None) -> dict | None:
+    """Mean ± std of the runs' test BLEU (beam 5) on ``split``, when every run has been scored on it."""
+    if split is None:
+        return None
+    paths = [eval_json_path(Path(r["run"]), split, beam=5) for r in runs]
+    if not all(path.is_file() for path in paths):
+        return None
+    return spread([json.loads(path.read_text(encoding="utf-8"))["bleu"] for path in paths])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("groups", nargs="+", metavar="NAME=RUN,RUN,...[:WHAT]")
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--note", default="", help="how the runs were made (recorded in the JSON)")
+    parser.add_argument("--test-split", default=None, metavar="SPLIT",
+                        help="also read each run's test BLEU with beam 5 on SPLIT (attnmt evaluate RUN --split "
+                             "SPLIT --beam 5), for the groups whose every run was scored so: the kept choice only")
     args = parser.parse_args()
     groups = []
     for item in args.groups:
@@ -74,6 +87,8 @@ def main() -> int:
             "resident_gib_max": (spread([r["resident_gib_max"] for r in runs])
                                  if all(r["resident_gib_max"] is not None for r in runs) else None),
             "valid_bleu_beam5": spread([r["valid_bleu_beam5"] for r in runs]),
+            **({"test_split": args.test_split, "test_bleu_beam5": test} if (test := test_bleu(runs, args.test_split))
+               else {}),
         })
     base = groups[0]["valid_bleu_beam5"]
     rows = []
