@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from attnmt._version import __version__
 from attnmt.errors import AttnmtError
-from attnmt.runtime.allocator import keep_freed_memory
+from attnmt.runtime.allocator import keep_freed_memory, preload_fast_allocator
 from attnmt.runtime.atomic_files import release_claims
 from attnmt.runtime.kernel_cache import enlarge_kernel_cache
 
@@ -59,6 +59,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: model over a corpus (docs/experiments.md, "A training step's speed"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
 KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve", "explain", "heads", "trace"}
+#: commands that train, and so start again with jemalloc or tcmalloc preloaded where the machine has one
+#: (attnmt.runtime.allocator: steady memory over long runs)
+PRELOAD_ALLOCATOR = {"train", "compare", "homework"}
 
 #: what writing the output can fail with: a full disk or quota, an I/O error
 STDOUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
@@ -314,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         return _help(parser, argv)
     show_warnings_in_one_line(args.command)
     if argv is None:  # attnmt is the process
+        if args.command in PRELOAD_ALLOCATOR:
+            preload_fast_allocator()  # returns only when there is none to preload, or when it runs already
         enlarge_kernel_cache()  # before the command's first kernel (attnmt.runtime.kernel_cache)
         if args.command in KEEP_FREED_MEMORY:
             keep_freed_memory()

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,77 @@ def test_without_glibc_nothing_is_changed(monkeypatch):
 def test_resident_memory_on_this_machine():
     resident = allocator.resident_bytes()
     assert resident is not None and resident > 10 * 2**20
+
+
+# ---- a faster allocator, preloaded where the machine has one -------------------------------------------
+
+
+def _library(folder, name):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(b"\x7fELF")
+    return folder / name
+
+
+def test_tcmalloc_is_found_before_jemalloc_and_the_plan_preloads_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(allocator.sys, "platform", "linux")
+    jemalloc = _library(tmp_path / "a", "libjemalloc.so.2")
+    tcmalloc = _library(tmp_path / "b", "libtcmalloc_minimal.so.4")
+    folders = [tmp_path / "a", tmp_path / "b"]
+    assert allocator.find_fast_allocator(folders) == ("tcmalloc", tcmalloc)
+    assert allocator.find_fast_allocator(folders[:1]) == ("jemalloc", jemalloc)
+    assert allocator.find_fast_allocator([tmp_path / "none"]) is None
+    plan = allocator.preload_plan({"PATH": "/bin"}, folders)
+    assert plan == {"PATH": "/bin", "LD_PRELOAD": str(tcmalloc), allocator.PRELOADED_ENV: f"tcmalloc:{tcmalloc}"}
+    plan = allocator.preload_plan({}, folders[:1])  # jemalloc alone: told to keep its freed pages
+    assert plan["LD_PRELOAD"] == str(jemalloc) and plan["MALLOC_CONF"] == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    assert allocator.preload_plan({}, [tmp_path / "none"]) is None  # nothing installed: glibc, as before
+
+
+@pytest.mark.parametrize("environment", [
+    {"ATTNMT_ALLOCATOR": "system"},
+    {"LD_PRELOAD": "/opt/my/libtcmalloc.so"},
+    {"MALLOC_CONF": "background_thread:true"},
+    {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"},
+    {allocator.PRELOADED_ENV: "jemalloc:/x/libjemalloc.so.2", "LD_PRELOAD": "/x/libjemalloc.so.2"},  # the second start
+])
+def test_a_users_choice_or_an_earlier_preload_is_never_replaced(tmp_path, monkeypatch, environment):
+    monkeypatch.setattr(allocator.sys, "platform", "linux")
+    _library(tmp_path, "libjemalloc.so.2")
+    assert allocator.preload_plan(environment, [tmp_path]) is None
+
+
+def test_the_first_line_names_the_preloaded_allocator(monkeypatch):
+    monkeypatch.setattr(allocator, "_applied", None)
+    setting = keep_freed_memory({allocator.PRELOADED_ENV: "jemalloc:/x/libjemalloc.so.2",
+                                 "LD_PRELOAD": "/x/libjemalloc.so.2"})
+    assert not setting.kept
+    assert setting.describe() == ("memory: jemalloc (/x/libjemalloc.so.2), preloaded by attnmt "
+                                  "(ATTNMT_ALLOCATOR=system to turn off)")
+    monkeypatch.setattr(allocator, "_applied", None)  # a user who replaced LD_PRELOAD since: their choice
+    setting = keep_freed_memory({allocator.PRELOADED_ENV: "jemalloc:/x/libjemalloc.so.2", "LD_PRELOAD": "/y/lib.so"})
+    assert "your allocator (LD_PRELOAD)" in setting.describe()
+
+
+INSTALLED = allocator.find_fast_allocator(allocator.library_folders(os.environ))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INSTALLED is None or not sys.platform.startswith("linux"),
+                    reason="no jemalloc or tcmalloc installed on this machine")
+def test_attnmt_train_starts_again_with_the_installed_allocator_and_says_so(tmp_path):
+    """The trainer's first lines name the library that the command started again with."""
+    from helpers import save_yaml, tiny_run_config
+
+    project = Path(__file__).resolve().parents[1]
+
+    config = tiny_run_config(tmp_path, train_pairs=40, max_steps=2, bleu_max_sentences=0, examples=0)
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("MALLOC_") and key not in ("LD_PRELOAD", "ATTNMT_ALLOCATOR",
+                                                                     allocator.PRELOADED_ENV)}
+    done = subprocess.run([sys.executable, "-m", "attnmt", "train", "--config", str(save_yaml(tmp_path, config)),
+                           "--out", str(tmp_path / "run"), "--no-progress"],
+                          env={**environment, "PYTHONPATH": str(project)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    name, library = INSTALLED
+    assert f"memory: {name} ({library}), preloaded by attnmt" in done.stdout + done.stderr

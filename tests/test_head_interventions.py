@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnmt.models.readout import ATTNMT_SPECIALS
 from attnmt.decoding.interventions import can_intervene, pinned_attention, replaced_attention, watched_step
 from attnmt.errors import ConfigError
 from attnmt.evaluation.counterfactual import counterfactual_attention
 from attnmt.models import build_model
 from attnmt.models.head_gates import Head
+from attnmt.models.readout import ATTNMT_SPECIALS
 
 TRANSFORMER = {"type": "transformer", "d_model": 16, "num_heads": 4, "ffn_dim": 24, "encoder_layers": 2,
                "decoder_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}

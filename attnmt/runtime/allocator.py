@@ -22,18 +22,61 @@ resident memory (``resident_gib``).
 Left alone: a process whose user chose an allocator (``LD_PRELOAD``, any ``MALLOC_*`` variable,
 ``glibc.malloc`` in ``GLIBC_TUNABLES``), one started with ``ATTNMT_ALLOCATOR=system``, and any
 system without glibc.
+
+**A faster allocator where the machine has one.** A command that trains (``attnmt train``,
+``compare``, ``homework``) starts itself again, once, with tcmalloc (else jemalloc) preloaded when
+the machine has one of them installed (``preload_fast_allocator``, as PyTorch's own CPU launcher
+``torch.backends.xeon.run_cpu`` does): on the Hansards recipe tcmalloc trains at
+glibc-with-kept-memory's speed in a little over half its memory over the first six minutes, though
+its resident size still rises over a long run (docs/experiments.md, "Fewer shapes"). The library is searched in
+``library_folders``; jemalloc is told to keep its freed pages (``JEMALLOC_CONF``, through
+``MALLOC_CONF``), without which it hands large blocks back at once and faults them in again. The
+environment variable ``ATTNMT_PRELOADED_ALLOCATOR`` tells the new process (and the trainer's first
+lines) which one it runs. The same user choices as above leave it alone.
+Where neither is installed, glibc keeps freed memory as above (Debian's ``apt install
+libtcmalloc-minimal4`` gives tcmalloc).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Mapping
+import platform
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["ALLOCATOR_ENV", "AllocatorSetting", "keep_freed_memory", "resident_bytes"]
+__all__ = ["ALLOCATOR_ENV", "FAST_ALLOCATORS", "PRELOADED_ENV", "AllocatorSetting", "find_fast_allocator",
+           "keep_freed_memory", "preload_fast_allocator", "preload_plan", "resident_bytes"]
 
 ALLOCATOR_ENV = "ATTNMT_ALLOCATOR"  # "system": leave the allocator as it comes
+PRELOADED_ENV = "ATTNMT_PRELOADED_ALLOCATOR"  # "NAME:PATH" of the allocator attnmt preloaded
+
+#: the faster allocators, in the order tried, and the file names of their shared library
+FAST_ALLOCATORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tcmalloc", ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so")),
+    ("jemalloc", ("libjemalloc.so.2", "libjemalloc.so")),
+)
+
+
+#: jemalloc as it comes hands blocks over 8 MiB back at once and faults them in again at the next step:
+#: 0.91 of glibc's speed (docs/experiments.md, "A training step's speed"); told to keep its freed pages
+#: it trains at glibc-with-kept-memory's speed, in less memory than glibc, though still growing
+#: (docs/experiments.md, "Fewer shapes"). tcmalloc, tried first, grows less.
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+
+
+def library_folders(environment: Mapping[str, str]) -> list[Path]:
+    """Where a faster allocator's library is looked for: this Python's environment, a conda one, then
+    the system's library folders (Debian's multiarch folder first)."""
+    multiarch = f"{platform.machine()}-linux-gnu"
+    folders = [Path(sys.prefix) / "lib"]
+    if environment.get("CONDA_PREFIX"):
+        folders.append(Path(environment["CONDA_PREFIX"]) / "lib")
+    folders += [Path("/usr/local/lib"), Path("/usr/lib") / multiarch, Path("/lib") / multiarch, Path("/usr/lib64"),
+                Path("/usr/lib")]
+    return folders
 
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
@@ -90,9 +133,13 @@ def keep_freed_memory(environment: Mapping[str, str] | None = None) -> Allocator
     global _applied
     if _applied is not None:
         return _applied
-    choice = _user_choice(os.environ if environment is None else environment)
-    libc = None if choice else _glibc()
-    if choice:
+    environment = os.environ if environment is None else environment
+    preloaded = _preloaded(environment)
+    choice = None if preloaded else _user_choice(environment)
+    libc = None if preloaded or choice else _glibc()
+    if preloaded:
+        _applied = AllocatorSetting(False, preloaded)
+    elif choice:
         _applied = AllocatorSetting(False, f"kept {choice}")
     elif libc is None:
         _applied = AllocatorSetting(False, "the allocator as it comes (not glibc)")
@@ -101,6 +148,60 @@ def keep_freed_memory(environment: Mapping[str, str] | None = None) -> Allocator
     else:
         _applied = AllocatorSetting(False, "the allocator as it comes (glibc refused mallopt)")
     return _applied
+
+
+def find_fast_allocator(folders: Sequence[Path]) -> tuple[str, Path] | None:
+    """(name, library) of the first faster allocator (``FAST_ALLOCATORS``) found in ``folders``, or None."""
+    for name, files in FAST_ALLOCATORS:
+        for folder in folders:
+            for file in files:
+                library = folder / file
+                if library.is_file() and os.access(library, os.R_OK):
+                    return name, library
+    return None
+
+
+def preload_plan(environment: Mapping[str, str], folders: Sequence[Path] | None = None) -> dict[str, str] | None:
+    """The environment to start this process again with a faster allocator preloaded, or None: on
+    Linux only, when the user made no allocator choice (``_user_choice``), attnmt has not preloaded
+    one already, and one is installed."""
+    if not sys.platform.startswith("linux") or environment.get(PRELOADED_ENV) is not None:
+        return None
+    if _user_choice(environment) is not None:
+        return None
+    found = find_fast_allocator(library_folders(environment) if folders is None else folders)
+    if found is None:
+        return None
+    name, library = found
+    plan = {**environment, "LD_PRELOAD": str(library), PRELOADED_ENV: f"{name}:{library}"}
+    if name == "jemalloc":
+        plan["MALLOC_CONF"] = JEMALLOC_CONF
+    return plan
+
+
+def preload_fast_allocator() -> None:
+    """Start this process again, the same command with the same arguments, with a faster allocator
+    preloaded (``preload_plan``); return at once when there is nothing to do, or when starting again
+    fails (the process then goes on with glibc)."""
+    plan = preload_plan(os.environ)
+    if plan is None:
+        return
+    arguments = [sys.executable, *getattr(sys, "orig_argv", [sys.executable, *sys.argv])[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, arguments, plan)
+    except OSError:
+        return
+
+
+def _preloaded(environment: Mapping[str, str]) -> str | None:
+    """In words, the allocator attnmt preloaded into this process, or None."""
+    marker = environment.get(PRELOADED_ENV, "")
+    name, _, library = marker.partition(":")
+    if not name or library not in environment.get("LD_PRELOAD", "").split(":"):
+        return None
+    return f"{name} ({library}), preloaded by attnmt ({ALLOCATOR_ENV}=system to turn off)"
 
 
 def resident_bytes() -> int | None:

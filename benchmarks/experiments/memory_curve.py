@@ -3,7 +3,8 @@
 The trainer logs its resident memory (``resident_gib``, VmRSS) and its target tokens/s every
 ``log_every`` steps into ``metrics.jsonl``. For each run this script gives that curve, its largest
 value over the whole run and over the first ``--early`` minutes, the steps, the target tokens trained
-and the median tokens/s, with the run's ``data.pad_multiple``. Where the run was started under
+and the median tokens/s (over the run, and over its first minutes), with the run's
+``data.pad_multiple`` and the allocator its log's first lines name (``RUN.log`` beside the folder). Where the run was started under
 ``/usr/bin/time -f "%M kB" -o RUN.rss``, the largest resident memory the kernel saw (between two
 log lines too) is read from that file beside the run folder.
 
@@ -38,6 +39,17 @@ def largest_resident_by_time(run: Path) -> float | None:
     return None
 
 
+def allocator_line(run: Path) -> str | None:
+    """The trainer's ``memory: ...`` line from ``RUN.log`` beside the run folder, or None."""
+    log = run.with_name(run.name + ".log")
+    if not log.is_file():
+        return None
+    for line in log.read_text(encoding="utf-8", errors="replace").replace("\r", "\n").splitlines()[:40]:
+        if line.startswith("memory: "):
+            return line[len("memory: "):].strip()
+    return None
+
+
 def curve_of(run: Path, early_minutes: float) -> dict:
     metrics = run / "metrics.jsonl"
     if not metrics.is_file():
@@ -50,15 +62,18 @@ def curve_of(run: Path, early_minutes: float) -> dict:
     summary = next((r for r in reversed(records) if r["type"] == "summary"), None)
     config = read_saved_config(run)
     early = [r["resident_gib"] for r in train if r["elapsed"] <= early_minutes * 60]
+    early_speeds = sorted(r["tokens_per_s"] for r in train if r["elapsed"] <= early_minutes * 60)
     return {
         "run": str(run), "pad_multiple": config["data"].get("pad_multiple", 1),
         "steps": train[-1]["step"], "minutes": round(train[-1]["elapsed"] / 60, 2),
         "target_tokens": summary.get("target_tokens") if summary else None,
         "tokens_per_s_median": round(speeds[len(speeds) // 2]),
+        "tokens_per_s_median_early": round(early_speeds[len(early_speeds) // 2]) if early_speeds else None,
         "resident_gib_max": max(r["resident_gib"] for r in train),
         "resident_gib_max_early": max(early) if early else None,
         "resident_gib_last": train[-1]["resident_gib"],
         "largest_resident_gib_by_time": largest_resident_by_time(run),
+        "allocator": allocator_line(run),
         "curve": [[round(r["elapsed"] / 60, 2), r["resident_gib"]] for r in train],
     }
 
@@ -76,10 +91,11 @@ def main() -> int:
         if not name or not path:
             parser.error(f"{item!r}: expected NAME=RUN")
         results[name] = curve_of(Path(path), args.early)
-    rows = [[name, r["pad_multiple"], r["steps"], r["minutes"], f"{r['tokens_per_s_median']:,}",
+    rows = [[name, r["pad_multiple"], r["steps"], r["minutes"], f"{r['tokens_per_s_median_early']:,}",
              r["resident_gib_max_early"], r["resident_gib_max"], r["largest_resident_gib_by_time"] or "–"]
             for name, r in results.items()]
-    print(format_table(["run", "pad multiple", "steps", "minutes", "tokens/s", f"GiB, first {args.early:g} min",
+    print(format_table(["run", "pad multiple", "steps", "minutes", f"tokens/s, first {args.early:g} min",
+                        f"GiB, first {args.early:g} min",
                         "GiB, largest logged", "GiB, largest (time)"], rows))
     write_text_atomic(args.json, json.dumps(portable({
         "note": args.note, "machine": machine("torch"), "cpu": cpu_name(), "early_minutes": args.early,
