@@ -59,8 +59,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: model over a corpus (docs/experiments.md, "A training step's speed"); train and compare get it from the
 #: Trainer, as do attnmt.train and notebooks
 KEEP_FREED_MEMORY = {"evaluate", "translate", "align", "view", "serve", "explain", "heads", "trace"}
-#: commands that train, and so start again with jemalloc or tcmalloc preloaded where the machine has one
-#: (attnmt.runtime.allocator: steady memory over long runs)
+#: commands that train, and so start again with tcmalloc or jemalloc preloaded where the machine has one
+#: (attnmt.runtime.allocator: glibc's speed in less memory)
 PRELOAD_ALLOCATOR = {"train", "compare", "homework"}
 
 #: what writing the output can fail with: a full disk or quota, an I/O error

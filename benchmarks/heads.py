@@ -66,16 +66,16 @@ def measure_run(run: Path, args: argparse.Namespace, workdir: Path) -> dict:
     report = head_report(translator, probe, name=str(run))
     curves = prune_curve(translator, probe, report)
     base = curves[0].bleu[0]
-    result = {**report.to_dict(), "model_type": translator.run_config.model.type,
+    reported = report.to_dict()
+    result = {**reported, "model_type": translator.run_config.model.type,
               "attention": getattr(translator.run_config.model, "attention", None), "steps": translator.step,
-              "mean_by_part": {"delta_loss": part_means(report.to_dict()["heads"], "delta_loss"),
-                               "delta_bleu": part_means(report.to_dict()["heads"], "delta_bleu"),
-                               "importance": part_means(report.to_dict()["heads"], "importance")},
+              "mean_by_part": {key: part_means(reported["heads"], key)
+                               for key in ("delta_loss", "delta_bleu", "importance")},
               "prune_curves": [asdict(curve) for curve in curves],
               "removable_within_half_bleu": {
                   f"{curve.order}{'' if curve.seed is None else f'-{curve.seed}'}":
                   {"total": curve.removable(base), **removable_by_part(curve, base)} for curve in curves}}
-    best = max(report.to_dict()["heads"], key=lambda row: row["delta_loss"])
+    best = max(reported["heads"], key=lambda row: row["delta_loss"])
     result["most_harmful_to_remove"] = f"{best['part']}:{best['layer']}:{best['head']}"
     if result["model_type"] == "transformer":
         result["pruned"] = pruned_speed(translator, run, curves[0], probe, args, workdir)

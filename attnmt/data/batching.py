@@ -99,9 +99,10 @@ def _pad(rows: list[list[int]], width: int) -> list[list[int]]:
     return [row + [PAD_ID] * (width - len(row)) for row in rows]
 
 
-def padded_width(width: int, pad_multiple: int = 1) -> int:
-    """``width`` rounded up to a multiple of ``pad_multiple`` (module docstring, "Fewer shapes")."""
-    return -(-int(width) // pad_multiple) * pad_multiple
+def padded_width(width: T, pad_multiple: int = 1) -> T:
+    """``width`` (an int, or a NumPy array of them) rounded up to a multiple of ``pad_multiple``
+    (module docstring, "Fewer shapes")."""
+    return -(-width // pad_multiple) * pad_multiple  # type: ignore[operator]
 
 
 def collate(
@@ -236,9 +237,8 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
         tgt_widths = np.asarray(tgt_lengths, dtype=np.int64) + 1  # + BOS / EOS
         if len(tgt_widths) != len(src_widths):
             raise ValueError(f"batching: {len(src_widths)} sources but {len(tgt_widths)} targets")
-    if pad_multiple > 1:  # the widths the batches will have: what the budget counts and the sort groups
-        src_widths = -(-src_widths // pad_multiple) * pad_multiple
-        tgt_widths = -(-tgt_widths // pad_multiple) * pad_multiple
+    # the widths the batches will have: what the budget counts and the sort groups
+    src_widths, tgt_widths = padded_width(src_widths, pad_multiple), padded_width(tgt_widths, pad_multiple)
     widths = np.maximum(src_widths, tgt_widths)
     count = len(widths)
     if count == 0:

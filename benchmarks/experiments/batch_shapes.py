@@ -18,16 +18,13 @@ import sys
 from pathlib import Path
 
 from attnmt.data import batch_indices, load_split
+from attnmt.data.batching import padded_width
 from attnmt.decoding.translator import Translator
 from attnmt.runs.folder import data_of_run
 from attnmt.runtime.atomic_files import write_text_atomic
 from attnmt.runtime.tables import format_table
 
 from common import machine, portable
-
-
-def padded(width: int, multiple: int) -> int:
-    return -(-width // multiple) * multiple
 
 
 def main() -> int:
@@ -55,8 +52,8 @@ def main() -> int:
             batches = batch_indices(src_lengths, tgt_lengths, max_tokens=data.max_tokens, shuffle=True,
                                     seed=config.training.seed, epoch=epoch, pad_multiple=multiple)
             for batch in batches:
-                width_s = padded(max(src_lengths[k] for k in batch) + 1, multiple)
-                width_t = padded(max(tgt_lengths[k] for k in batch) + 1, multiple)
+                width_s = padded_width(max(src_lengths[k] for k in batch) + 1, multiple)
+                width_t = padded_width(max(tgt_lengths[k] for k in batch) + 1, multiple)
                 shapes.add((len(batch), width_s, width_t))
                 sizes.add(len(batch))
                 tokens = sum(tgt_lengths[k] + 1 for k in batch)
