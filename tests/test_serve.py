@@ -420,9 +420,10 @@ def test_a_person_switches_a_transformer_head_off_in_its_panel(server, browser):
 
 
 @pytest.mark.slow
-def test_a_person_steps_through_and_replaces_the_transformer_head_whose_matrix_is_shown(server, browser):
+def test_a_person_steps_through_and_replaces_the_transformer_head_whose_matrix_is_shown(server, browser, tmp_path):
     """A Transformer's panel, in Chromium: with the search's matrix shown, "step through" asks for
-    one head's matrix; with "layer 1 / head 1" chosen, it shows that head's step and its uniform attention."""
+    one head's matrix; with "layer 1 / head 1" chosen, it shows that head's step, its uniform
+    attention, and with pin on a click on a cell pins that head."""
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     type_and_translate(browser, url)
     panel = ".panel[data-model='run-2']"
@@ -435,9 +436,18 @@ def test_a_person_steps_through_and_replaces_the_transformer_head_whose_matrix_i
     browser.click_button("step through", within=panel)
     browser.wait_for(f"document.querySelector(\"{panel} .step-table\") !== null")
     assert "head cross:1:1" in browser.evaluate(result)
+    browser.hover(f"{panel} .step-table", scroll="center")
+    browser.screenshot(tmp_path / "transformer-step.png")  # kept in pytest's temporary folder of this session
     browser.click_button("uniform attention", within=panel)
     browser.wait_for(f"{result}.includes('made uniform')")
     assert "in head cross:1:1" in browser.evaluate(result)
+    # with pin on, a click on a cell of the shown head's matrix pins that head at that word
+    browser.click(f"{panel} input[aria-label='pin attention']")
+    browser.click(f"{panel} .figures rect.cell[data-row='1'][data-col='0']")
+    browser.wait_for(f"{result}.includes('pinned on')")
+    assert "attention in head cross:1:1 of" in browser.evaluate(result)
+    browser.hover(f"{panel} .result", scroll="center")
+    browser.screenshot(tmp_path / "transformer-pin.png")
     assert not browser.errors()
 
 

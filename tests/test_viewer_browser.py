@@ -135,7 +135,7 @@ def test_choosing_a_head_repaints_the_heatmap(browser, viewer_page):
     assert browser.errors() == []
 
 
-def test_the_heads_grid_shows_every_head_small_and_a_click_shows_one_large(browser, viewer_page):
+def test_the_heads_grid_shows_every_head_small_and_a_click_shows_one_large(browser, viewer_page, tmp_path):
     """A multi-head example has a layers × heads grid of small heatmaps, one dot per weight; a click
     on one shows that head in the large heatmap and in the select box, and marks it."""
     examples, _ = viewer_page
@@ -153,6 +153,7 @@ def test_the_heads_grid_shows_every_head_small_and_a_click_shows_one_large(brows
     chosen = browser.evaluate("document.querySelector('#example-1 select').value")
     assert chosen == str(list(heads).index("layer 2 / head 2"))
     assert browser.evaluate(f"document.querySelector('{minis}.shown').title") == "layer 2 / head 2"
+    browser.screenshot(tmp_path / "heads-grid.png")  # kept in pytest's temporary folder of this session
     assert browser.errors() == []
 
 
