@@ -59,12 +59,11 @@ def needs_head(model: Any) -> bool:
 
 
 def _head_of(model: Any, head: Head | None) -> Head | None:
-    """``head`` for a Transformer (ConfigError without one); None for an RNN (ConfigError with one
-    other than its own cross:1:1)."""
+    """``head`` for a Transformer (ConfigError without one; ``changed_head`` checks that the model has
+    it); None for an RNN (ConfigError with one other than its own cross:1:1)."""
     if is_transformer(model):
         if head is None:
             raise ConfigError("a Transformer has many heads: name the one to intervene on (e.g. cross:1:1)")
-        decoder_attention(model, head)  # ConfigError naming the heads there are
         return head
     if head is not None and head != Head("cross", 0, 0):
         raise ConfigError(f"{head.label()}: this RNN has one attention head, cross:1:1")
