@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnmt.runtime import allocator
 from attnmt.runtime.allocator import keep_freed_memory
@@ -82,6 +83,21 @@ def test_without_glibc_nothing_is_changed(monkeypatch):
 def test_resident_memory_on_this_machine():
     resident = allocator.resident_bytes()
     assert resident is not None and resident > 10 * 2**20
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
+def test_the_allocated_bytes_follow_a_large_block_in_and_out():
+    """allocated_bytes, from whichever allocator runs this process (glibc's mallinfo2, or tcmalloc's
+    or jemalloc's statistics when preloaded): a 64 MiB block shows while it lives, within 8 MiB (other
+    threads allocate meanwhile), and is gone when freed."""
+    before = allocator.allocated_bytes()
+    assert before is not None and before > 0
+    block = torch.ones(16 * 2**20)  # 64 MiB of float32
+    during = allocator.allocated_bytes()
+    del block
+    after = allocator.allocated_bytes()
+    assert abs(during - before - 64 * 2**20) < 8 * 2**20
+    assert abs(after - before) < 8 * 2**20
 
 
 # ---- a faster allocator, preloaded where the machine has one -------------------------------------------

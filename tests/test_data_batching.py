@@ -212,7 +212,9 @@ def test_a_pad_multiple_gives_widths_of_that_multiple_within_the_budget_and_the_
      "dropout": 0.0, "attention_dropout": 0.0},
 ], ids=["rnn-parallel", "rnn-luong", "rnn-bahdanau-multihead", "transformer"])
 def test_the_extra_padding_leaves_the_loss_and_the_gradients_as_they_are_in_float64(model_config):
-    """One batch collated with pad_multiple 1 and 16: the same loss and gradients within 1e-12."""
+    """One batch collated with pad_multiple 1 and 16, and with the output layer's rows on a token
+    ladder (padding rows scored with weight 0): the same loss, likelihood, token count and
+    gradients within 1e-12."""
     from attnmt.models import build_model
     from attnmt.training.step import backward_on_batch
 
@@ -220,15 +222,63 @@ def test_the_extra_padding_leaves_the_loss_and_the_gradients_as_they_are_in_floa
     src = [[rng.randrange(4, 30) for _ in range(rng.randrange(0, 9))] for _ in range(5)]
     tgt = [[rng.randrange(4, 30) for _ in range(rng.randrange(0, 9))] for _ in range(5)]
     found = []
-    for multiple in (1, 16):
+    for multiple, ladder in ((1, 0), (16, 0), (16, 2), (1, 1)):
         torch.manual_seed(0)
         model = build_model(model_config, 30, 30).double()
-        batch = collate(src, tgt, range(5), pad_multiple=multiple)
+        batch = collate(src, tgt, range(5), pad_multiple=multiple, token_ladder=ladder)
+        if ladder:  # the ladder did add padding rows to the output layer's
+            assert int(batch.scored_mask.sum()) > batch.num_tgt_tokens
         stats = backward_on_batch(model, batch, label_smoothing=0.1, global_tokens=batch.num_tgt_tokens)
-        found.append((float(stats.loss_sum), {n: p.grad.clone() for n, p in model.named_parameters()
-                                              if p.grad is not None}))
-    (loss, grads), (padded_loss, padded_grads) = found
-    assert padded_loss == pytest.approx(loss, rel=0, abs=1e-12)
-    assert grads.keys() == padded_grads.keys()
-    for name in grads:
-        torch.testing.assert_close(padded_grads[name], grads[name], rtol=0, atol=1e-12, msg=name)
+        found.append((float(stats.loss_sum), float(stats.nll_sum), stats.num_tokens,
+                      {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    loss, nll, count, grads = found[0]
+    for padded_loss, padded_nll, padded_count, padded_grads in found[1:]:
+        assert padded_loss == pytest.approx(loss, rel=0, abs=1e-12)
+        assert padded_nll == pytest.approx(nll, rel=0, abs=1e-12)
+        assert padded_count == count
+        assert grads.keys() == padded_grads.keys()
+        for name in grads:
+            torch.testing.assert_close(padded_grads[name], grads[name], rtol=0, atol=1e-12, msg=name)
+
+
+def test_the_token_ladder_rounds_up_to_a_few_sizes_per_doubling():
+    """ladder_size: never below the count, less than one step above it (step = 2^⌊log₂ N⌋ / k, so at
+    most N / k more), at most k sizes in each doubling; 0 or a count below 1 is left as it is."""
+    from attnmt.data.batching import ladder_size
+
+    for k in (1, 4, 16):
+        sizes = [ladder_size(n, k) for n in range(1, 5000)]
+        assert all(n <= size <= n + max(1, n // k) for n, size in zip(range(1, 5000), sizes, strict=True))
+        assert sizes == sorted(sizes)
+        for j in range(13):
+            assert len({ladder_size(n, k) for n in range(2**j, 2 ** (j + 1))} - {2 ** (j + 1)}) <= k
+    assert len({ladder_size(n, 16) for n in range(256, 4097)}) <= 16 * 4 + 1  # against 3,841 counts
+    assert [ladder_size(n, 16) for n in (1, 17, 100, 1000, 3601)] == [1, 17, 100, 1024, 3712]
+    assert ladder_size(37, 0) == 37 and ladder_size(0, 16) == 0
+
+
+def test_the_scored_positions_are_the_real_ones_and_the_first_padding():
+    """scored_positions: every real position, the first padding positions row by row up to the
+    ladder's size, never more than B · T; the mask given is left as it was; collate names them
+    only with a ladder."""
+    from attnmt.data.batching import ladder_size, scored_positions
+
+    rng = random.Random(8)
+    for _ in range(50):
+        lengths = [rng.randrange(1, 30) for _ in range(rng.randrange(1, 9))]
+        mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        before = mask.clone()
+        scored = scored_positions(mask, 4)
+        assert torch.equal(mask, before)
+        assert bool(scored[mask].all())
+        assert int(scored.sum()) == min(ladder_size(sum(lengths), 4), mask.numel())
+        extra = (scored & ~mask).reshape(-1).nonzero().reshape(-1)
+        padding = (~mask).reshape(-1).nonzero().reshape(-1)
+        assert torch.equal(extra, padding[: len(extra)])
+    full = torch.ones(3, 7, dtype=torch.bool)  # no padding to add: all 21 positions
+    assert torch.equal(scored_positions(full, 16), full)
+    src, tgt = random_corpus(20, seed=4)
+    assert collate(src, tgt, range(20)).scored_mask is None
+    laddered = collate(src, tgt, range(20), token_ladder=8)
+    assert torch.equal(laddered.scored_mask, scored_positions(laddered.tgt_mask, 8))
+    assert torch.equal(laddered.to("cpu").scored_mask, laddered.scored_mask)

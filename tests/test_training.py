@@ -59,6 +59,7 @@ def test_loss_falls_and_run_folder_is_complete(tmp_path, training_seed, record_p
         assert {"type", "step", "epoch", "loss", "ppl", "lr", "tokens_per_s", "elapsed"} <= set(record)
         if sys.platform == "linux":  # read from /proc/self/statm
             assert 0.05 < record["resident_gib"] < 64
+            assert 0 < record["allocated_gib"] < record["resident_gib"]
     best = load_checkpoint(run / "best.pt")
     assert "optimizer" not in best and best["progress"]["step"] == result.best_step
     last = load_checkpoint(run / "last.pt", require_training_state=True)

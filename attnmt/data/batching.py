@@ -21,6 +21,19 @@ has one of a few shapes instead of one of hundreds, which a CPU's kernels and it
 (docs/experiments.md, "Fewer shapes"); the extra positions are padding like any other: masked in
 the attention and out of the loss. m = 1 pads to the batch's longest sentence, as before the option.
 
+**The output layer's rows.** The model runs its output layer (and the softmax over the vocabulary,
+a step's largest tensors) on the batch's N real target tokens only, and N differs in nearly every
+batch: on a CPU each new N is a new matrix-product kernel that oneDNN compiles and keeps, about one
+per step, and the kept kernels are what made a long training's memory grow (docs/experiments.md,
+"Fewer shapes"). With ``token_ladder`` k > 0 the batch also names ``scored_mask``: the real
+positions and the first padding positions (row by row) that bring their count up to the next of k
+sizes per doubling,
+
+    N' = step · ⌈N / step⌉,   step = max(1, 2^⌊log₂ N⌋ / k)        (at most B · T)
+
+so N' takes a few dozen values and at most N/k + 1 rows more are computed. Their loss has weight 0
+(``attnmt.models.losses.token_losses``): the loss and its gradients are those of the N real tokens.
+
 **Order.** With ``shuffle``, the order is a function of ``(seed, epoch)`` only: the same seed gives
 the same batches on every machine and every rank; another epoch gives another order. Pairs are
 shuffled, cut into large chunks, sorted by length inside each chunk (by max(S, T), then S, then
@@ -72,6 +85,8 @@ class Batch:
     tgt_mask: torch.Tensor | None  # [B, T] bool
     num_tgt_tokens: int  # sum of tgt_lengths: the number of predictions the loss averages over
     indices: list[int]
+    scored_mask: torch.Tensor | None = None  # [B, T] bool: tgt_mask and the padding positions that put its
+    #                                          count on the token ladder (module docstring); None: tgt_mask
 
     @property
     def size(self) -> int:
@@ -105,14 +120,38 @@ def padded_width(width: T, pad_multiple: int = 1) -> T:
     return -(-width // pad_multiple) * pad_multiple  # type: ignore[operator]
 
 
+def ladder_size(count: int, per_doubling: int) -> int:
+    """``count`` rounded up to the next of ``per_doubling`` sizes per doubling (module docstring, "The
+    output layer's rows"); ``count`` itself when ``per_doubling`` is 0 or ``count`` is below 1."""
+    if per_doubling <= 0 or count < 1:
+        return count
+    step = max(1, (1 << (count.bit_length() - 1)) // per_doubling)
+    return -(-count // step) * step
+
+
+def scored_positions(mask: torch.Tensor, per_doubling: int) -> torch.Tensor:
+    """``mask`` [B, T] (True = a real target token) with as many of its first False positions (row by
+    row) set as bring its count to ``ladder_size`` (at most B · T): the positions the output layer
+    is run on. A new tensor; ``mask`` itself is not changed."""
+    flat = mask.reshape(-1)
+    real = int(flat.sum())
+    extra = min(ladder_size(real, per_doubling), flat.numel()) - real
+    scored = flat.clone()
+    if extra > 0:
+        scored[torch.nonzero(~flat).reshape(-1)[:extra]] = True
+    return scored.reshape(mask.shape)
+
+
 def collate(
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]] | None,
     indices: Sequence[int],
     pad_multiple: int = 1,
+    token_ladder: int = 0,
 ) -> Batch:
     """Build the Batch of the pairs at ``indices`` (ids without specials; EOS/BOS are added here),
-    S and T rounded up to a multiple of ``pad_multiple``."""
+    S and T rounded up to a multiple of ``pad_multiple``; with ``token_ladder`` > 0 it also names
+    ``scored_mask`` (module docstring, "The output layer's rows")."""
     indices = [int(i) for i in indices]
     if not indices:
         raise ValueError("collate: indices is empty; a batch needs at least one pair")
@@ -130,8 +169,10 @@ def collate(
     tgt_in = torch.tensor(_pad(tgt_in_rows, tgt_width), dtype=torch.long)
     tgt_out = torch.tensor(_pad(tgt_out_rows, tgt_width), dtype=torch.long)
     tgt_mask = torch.arange(tgt_width).unsqueeze(0) < tgt_lengths.unsqueeze(1)
+    scored_mask = scored_positions(tgt_mask, token_ladder) if token_ladder > 0 else None
     return Batch(
-        src, src_lengths, src_mask, tgt_in, tgt_out, tgt_lengths, tgt_mask, int(tgt_lengths.sum()), indices
+        src, src_lengths, src_mask, tgt_in, tgt_out, tgt_lengths, tgt_mask, int(tgt_lengths.sum()), indices,
+        scored_mask,
     )
 
 

@@ -22,7 +22,10 @@ Both take the tokenizer and batching knobs: ``vocab_size`` (8000), ``joint_vocab
 subword tokens a side; training pairs that are longer are dropped, validation and test sets are
 never cut; null keeps all), ``max_tokens`` (4096; a batch holds at most B · max(S, T) padded
 tokens, see ``batching``) and ``pad_multiple`` (1; S and T of a batch rounded up to a multiple of
-it, so that batches take a few shapes: ``batching``, "Fewer shapes"). ``train_links`` (null) names
+it, so that batches take a few shapes: ``batching``, "Fewer shapes"), ``token_ladder`` (0; k > 0
+runs the output layer on the real target tokens and a little padding, their count rounded up to
+one of k sizes per doubling, so that its products take a few shapes: ``batching``, "The output
+layer's rows"). ``train_links`` (null) names
 a file of word links for the training pairs (Pharaoh ``i-j``, 0-based, source first, one line per
 line of the ``train`` files; e.g. written by ``attnmt align``): with it, training guides the
 attention towards them
@@ -58,6 +61,8 @@ from attnmt.runtime.checks import check_plain_name
 DATASETS = ("multi30k",)
 #: the most segmentations of a sentence subword sampling keeps (memory: about 4 bytes a piece each)
 MAX_SAMPLING_NBEST = 256
+#: the most sizes per doubling ``token_ladder`` takes (more would be about every count again)
+MAX_TOKEN_LADDER = 1024
 MULTI30K_SPLIT_ALIASES = {"valid": "val", "test": "test_2016_flickr"}
 
 
@@ -80,6 +85,7 @@ class DataConfig:
     max_length: int | None = 100
     max_tokens: int = 4096
     pad_multiple: int = 1
+    token_ladder: int = 0
     sampling_alpha: float | None = None
     sampling_nbest: int = 16
     base_dir: str | None = field(default=None, compare=False)  # not a config key; see module docstring
@@ -187,6 +193,10 @@ class DataConfig:
         if self.pad_multiple > longest:
             raise ConfigError(f"data.pad_multiple: must be from 1 to {longest} (max_length + 1, the widest row), "
                               f"got {self.pad_multiple}")
+        _check_int("token_ladder", self.token_ladder, minimum=0)
+        if self.token_ladder > MAX_TOKEN_LADDER:
+            raise ConfigError(f"data.token_ladder: must be from 0 (off) to {MAX_TOKEN_LADDER} sizes per doubling, "
+                              f"got {self.token_ladder}")
         if not isinstance(self.joint_vocab, bool):
             raise ConfigError(f"data.joint_vocab: must be true or false, got {self.joint_vocab!r}")
         if self.tokenizer_type not in MODEL_TYPES:

@@ -25,26 +25,35 @@ __all__ = ["guided_alignment_loss", "select_attention", "symmetric_kl", "token_l
 
 
 def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                 label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, int]:
+                 label_smoothing: float = 0.0,
+                 scored: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Summed losses over the real target tokens.
 
     logits:  [B, T, V]  unnormalised scores of the next token, or [N, V] those of the N real
-                        tokens only (``model(..., tgt_mask=mask)``: ``logits[mask]`` already)
+                        tokens only (``model(..., tgt_mask=mask)``: ``logits[mask]`` already),
+                        or [N', V] those at the N' positions of ``scored``
     targets: [B, T]     the reference tokens (tokens + EOS, padded)
     mask:    [B, T]     True for real tokens, False for padding
+    scored:  [B, T]     optional: the positions ``logits`` holds (``model(..., tgt_mask=scored)``), the
+                        real ones and some padding (``attnmt.data.batching.scored_positions``); the
+                        padding rows get loss 0, so the sums are those of the real tokens
     Returns ``(loss_sum, nll_sum, num_tokens)``: ``loss_sum`` is the training loss summed over the
     real tokens (cross-entropy with label smoothing ε against ``(1-ε)·onehot + ε/V``), ``nll_sum``
     the plain negative log-likelihood summed over them (a float tensor without gradient), and
     ``num_tokens`` how many real tokens there are. Padding positions are not even scored.
     """
-    selected_already = logits.dim() == 2 and mask.shape == targets.shape and logits.shape[0] == int(mask.sum())
-    if not selected_already and (logits.dim() != 3 or targets.shape != logits.shape[:2] or mask.shape != targets.shape):
+    positions = mask if scored is None else scored
+    selected_already = (logits.dim() == 2 and positions.shape == targets.shape
+                        and logits.shape[0] == int(positions.sum()))
+    if not selected_already and (scored is not None or logits.dim() != 3 or targets.shape != logits.shape[:2]
+                                 or mask.shape != targets.shape):
         raise ValueError(
-            f"token_losses: expected logits [B, T, V] or [N, V] (N = real tokens), targets [B, T], "
-            f"mask [B, T]; got {tuple(logits.shape)}, {tuple(targets.shape)}, {tuple(mask.shape)}"
+            f"token_losses: expected logits [B, T, V], [N, V] (N = real tokens) or [N', V] (N' = the scored "
+            f"positions), targets [B, T], mask [B, T]; got {tuple(logits.shape)}, {tuple(targets.shape)}, "
+            f"{tuple(mask.shape)}"
         )
     selected = logits if selected_already else logits[mask]  # [N, V]
-    gold = targets[mask]  # [N]
+    gold = targets[positions]  # [N]
     log_probs = F.log_softmax(at_least_float32(selected), dim=-1)  # float64 stays float64
     nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [N]
     if label_smoothing > 0.0:
@@ -52,9 +61,14 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
         loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth
     else:
         loss = nll
+    count = int(gold.numel())
+    if scored is not None:  # the padding rows: loss 0, and no gradient through them
+        real = mask[scored]
+        loss, nll = torch.where(real, loss, 0.0), torch.where(real, nll, 0.0)
+        count = int(real.sum())
     with torch.no_grad():
         nll_sum = nll.sum().detach()
-    return loss.sum(), nll_sum, int(gold.numel())
+    return loss.sum(), nll_sum, count
 
 
 def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:

@@ -236,7 +236,7 @@ def resolve_resume_config(saved_config: dict, requested: RunConfig | None, limit
 
 #: record fields that depend on the machine and the moment: time, memory, and the thread count
 #: (it follows the machine's load unless fixed)
-MACHINE_FIELDS = ("elapsed", "tokens_per_s", "val_seconds", "resident_gib", "threads")
+MACHINE_FIELDS = ("elapsed", "tokens_per_s", "val_seconds", "resident_gib", "allocated_gib", "threads")
 
 
 def machine_free(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

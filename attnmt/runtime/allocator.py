@@ -16,8 +16,9 @@ for every user and every way of calling attnmt (the command line, ``attnmt.train
 resident memory keeps growing (the Hansards recipe: past 8 GiB in 12 minutes), and giving the free
 pages back (``malloc_trim``) does not hold it, as the next steps touch them again within a minute
 (docs/experiments.md, "A training step's speed"). For long runs tcmalloc or jemalloc (``LD_PRELOAD``) train
-as fast with steady memory; attnmt then leaves the allocator alone. The trainer records the
-resident memory (``resident_gib``).
+as fast in less memory; attnmt then leaves the allocator alone. The trainer records the
+resident memory (``resident_gib``) and the allocator's live blocks (``allocated_gib``,
+``allocated_bytes``).
 
 Left alone: a process whose user chose an allocator (``LD_PRELOAD``, any ``MALLOC_*`` variable,
 ``glibc.malloc`` in ``GLIBC_TUNABLES``), one started with ``ATTNMT_ALLOCATOR=system``, and any
@@ -27,8 +28,9 @@ system without glibc.
 ``compare``, ``homework``) starts itself again, once, with tcmalloc (else jemalloc) preloaded when
 the machine has one of them installed (``preload_fast_allocator``, as PyTorch's own CPU launcher
 ``torch.backends.xeon.run_cpu`` does): on the Hansards recipe tcmalloc trains at
-glibc-with-kept-memory's speed in a little over half its memory over the first six minutes, though
-its resident size still rises over a long run (docs/experiments.md, "Fewer shapes"). The library is searched in
+glibc-with-kept-memory's speed in a little over half its memory over the first six minutes; what
+still grew over a long run was live data (kernels kept for every new count of target tokens), which
+``data.token_ladder`` removes (docs/experiments.md, "Fewer shapes"). The library is searched in
 ``library_folders``; jemalloc is told to keep its freed pages (``JEMALLOC_CONF``, through
 ``MALLOC_CONF``), without which it hands large blocks back at once and faults them in again. The
 environment variable ``ATTNMT_PRELOADED_ALLOCATOR`` tells the new process (and the trainer's first
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ALLOCATOR_ENV", "FAST_ALLOCATORS", "PRELOADED_ENV", "AllocatorSetting", "find_fast_allocator",
-           "keep_freed_memory", "preload_fast_allocator", "preload_plan", "resident_bytes"]
+           "allocated_bytes", "keep_freed_memory", "preload_fast_allocator", "preload_plan", "resident_bytes"]
 
 ALLOCATOR_ENV = "ATTNMT_ALLOCATOR"  # "system": leave the allocator as it comes
 PRELOADED_ENV = "ATTNMT_PRELOADED_ALLOCATOR"  # "NAME:PATH" of the allocator attnmt preloaded
@@ -211,3 +213,65 @@ def resident_bytes() -> int | None:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc 2.33 and later), every field a size_t."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _tcmalloc_allocated(process: ctypes.CDLL) -> int | None:
+    read = getattr(process, "MallocExtension_GetNumericProperty", None)
+    if read is None:
+        return None
+    read.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    read.restype = ctypes.c_int
+    value = ctypes.c_size_t()
+    return value.value if read(b"generic.current_allocated_bytes", ctypes.byref(value)) else None
+
+
+def _jemalloc_allocated(process: ctypes.CDLL) -> int | None:
+    control = getattr(process, "mallctl", None)
+    if control is None:
+        return None
+    control.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p,
+                        ctypes.c_size_t]
+    control.restype = ctypes.c_int
+    epoch, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
+    control(b"epoch", None, None, ctypes.byref(epoch), 8)  # jemalloc's statistics are refreshed per epoch
+    value = ctypes.c_size_t()
+    failed = control(b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, 0)
+    return None if failed else value.value
+
+
+def _glibc_allocated(process: ctypes.CDLL) -> int | None:
+    read = getattr(process, "mallinfo2", None)
+    if read is None:
+        return None
+    read.argtypes = []
+    read.restype = _MallInfo2
+    info = read()
+    return int(info.uordblks + info.hblkhd)  # in use in the heaps + in mmap'd blocks
+
+
+def allocated_bytes() -> int | None:
+    """The bytes this process's allocator has handed out and not taken back (live blocks), or None
+    where it cannot say: tcmalloc's ``generic.current_allocated_bytes``, jemalloc's
+    ``stats.allocated``, or glibc's ``mallinfo2`` (in use in its heaps and mmap'd blocks), whichever
+    runs, asked in that order. Resident memory minus this is what the allocator holds free (and the
+    program's code): a training whose resident memory grows while this stays level is not leaking,
+    its allocator is keeping blocks it cannot reuse."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        process = ctypes.CDLL(None)
+    except OSError:
+        return None
+    for read in (_tcmalloc_allocated, _jemalloc_allocated, _glibc_allocated):
+        value = read(process)
+        if value is not None:
+            return value
+    return None

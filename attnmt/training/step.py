@@ -69,11 +69,15 @@ def backward_on_batch(  # noqa: PLR0913 (the step's settings, each a keyword)
     if global_tokens <= 0:
         raise ValueError(f"backward_on_batch: global_tokens must be > 0, got {global_tokens}")
     twice = rdrop_weight > 0
+    # the output layer's rows: the real tokens, or with them the padding that puts their count on the
+    # token ladder (attnmt.data.batching, "The output layer's rows"; R-Drop keeps the real ones only)
+    scored = None if twice else batch.scored_mask
     src, src_mask, tgt_in, tgt_mask = (torch.cat([t, t]) if twice else t
-                                       for t in (batch.src, batch.src_mask, batch.tgt_in, batch.tgt_mask))
+                                       for t in (batch.src, batch.src_mask, batch.tgt_in,
+                                                 batch.tgt_mask if scored is None else scored))
     with autocast(precision, batch.src.device.type):
         logits, attention = model(src, src_mask, tgt_in, return_attention="heads" if guide else False,
-                                  tgt_mask=tgt_mask)  # logits of the real tokens only: [N, V] ([2N, V] twice)
+                                  tgt_mask=tgt_mask)  # logits of the scored tokens only: [N, V] ([2N, V] twice)
     logits = at_least_float32(logits)
     if twice:  # the real tokens of the first copy, then those of the second
         first, second = logits.chunk(2)
@@ -84,7 +88,7 @@ def backward_on_batch(  # noqa: PLR0913 (the step's settings, each a keyword)
         if attention is not None:
             attention = attention[: batch.src.shape[0]]
     else:
-        loss_sum, nll_sum, count = token_losses(logits, batch.tgt_out, batch.tgt_mask, label_smoothing)
+        loss_sum, nll_sum, count = token_losses(logits, batch.tgt_out, batch.tgt_mask, label_smoothing, scored)
         total = loss_sum
     guide_sum: float | torch.Tensor = 0.0
     if guide is not None:

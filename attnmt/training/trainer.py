@@ -41,7 +41,7 @@ from attnmt.runs.checkpoint import make_checkpoint, save_checkpoint
 from attnmt.runs.folder import BEST, LAST, append_metrics, writer_lock
 from attnmt.runs.run_config import RunConfig
 from attnmt.runs.snapshots import prune_snapshots, snapshot_path
-from attnmt.runtime.allocator import keep_freed_memory, resident_bytes
+from attnmt.runtime.allocator import allocated_bytes, keep_freed_memory, resident_bytes
 from attnmt.runtime.kernel_cache import enlarge_kernel_cache
 from attnmt.runtime.precision import effective_precision
 from attnmt.training.builder import TrainingParts, build_training
@@ -215,7 +215,7 @@ class Trainer:
         try:
             while progress.batch_in_epoch < len(epoch_batches):
                 batch = collate(parts.train_src, parts.train_tgt, epoch_batches[progress.batch_in_epoch],
-                                self.config.data.pad_multiple)
+                                self.config.data.pad_multiple, self.config.data.token_ladder)
                 batch = (batch.pin_memory() if pin else batch).to(parts.device, non_blocking=pin)
                 self._step(batch, global_tokens[progress.batch_in_epoch])
                 if progress.stop_reason is not None:
@@ -391,7 +391,7 @@ class Trainer:
             return
         nll = window.per_token(window.nll)
         self._check_finite("the training loss", window.per_token(window.loss))
-        resident = resident_bytes()
+        resident, allocated = resident_bytes(), allocated_bytes()
         record = {
             "type": "train",
             "step": progress.step,
@@ -409,6 +409,7 @@ class Trainer:
             "tf32": parts.tf32,
             "threads": torch.get_num_threads(),
             **({"resident_gib": round(resident / 2**30, 3)} if resident is not None else {}),
+            **({"allocated_gib": round(allocated / 2**30, 3)} if allocated is not None else {}),
         }
         self._record(record)
         parts.window = RunningStatistics()

@@ -3,8 +3,10 @@
 Reads a run's training data with its own tokenizers (its ``data`` section: the split, max_length,
 max_tokens) and batches epochs as the trainer does (``attnmt.data.batch_indices``, the run's
 seed), for each multiple: the batches per epoch, the distinct (B, S, T) shapes per epoch and over
-all the epochs asked, the distinct batch sizes, the share of target positions that are padding, and
-the real target tokens per batch. No training: the shapes are those the training would see.
+all the epochs asked, the distinct (S, T) width pairs and batch sizes B among them, the share of target positions that are padding, the
+real target tokens per batch, and the distinct counts N of real target tokens (the rows of the
+output layer) over the epochs, as they are and on the token ladder (``--token-ladder``, the extra
+rows as a share of the real ones). No training: the shapes are those the training would see.
 
     PYTHONPATH=benchmarks python benchmarks/experiments/batch_shapes.py runs/fast --multiples 1 2 4 8 16 \\
         --epochs 3 --json benchmarks/results/speed/batch_shapes_rnn5.json
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from attnmt.data import batch_indices, load_split
-from attnmt.data.batching import padded_width
+from attnmt.data.batching import ladder_size, padded_width
 from attnmt.decoding.translator import Translator
 from attnmt.runs.folder import data_of_run
 from attnmt.runtime.atomic_files import write_text_atomic
@@ -32,6 +34,7 @@ def main() -> int:
     parser.add_argument("run", type=Path, help="a run folder (its tokenizers and data section)")
     parser.add_argument("--multiples", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--token-ladder", type=int, default=16, help="sizes per doubling (data.token_ladder)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     translator = Translator.load(args.run, num_threads=1)
@@ -46,7 +49,8 @@ def main() -> int:
     rows, results = [], {}
     for multiple in args.multiples:
         every, per_epoch, batches_per_epoch, sizes = set(), [], [], set()
-        real = padding = 0
+        real = padding = extra_rows = 0
+        counts, ladder_counts, width_pairs = set(), set(), set()
         for epoch in range(args.epochs):
             shapes = set()
             batches = batch_indices(src_lengths, tgt_lengths, max_tokens=data.max_tokens, shuffle=True,
@@ -55,8 +59,13 @@ def main() -> int:
                 width_s = padded_width(max(src_lengths[k] for k in batch) + 1, multiple)
                 width_t = padded_width(max(tgt_lengths[k] for k in batch) + 1, multiple)
                 shapes.add((len(batch), width_s, width_t))
+                width_pairs.add((width_s, width_t))
                 sizes.add(len(batch))
                 tokens = sum(tgt_lengths[k] + 1 for k in batch)
+                scored_rows = min(ladder_size(tokens, args.token_ladder), len(batch) * width_t)
+                counts.add(tokens)
+                ladder_counts.add(scored_rows)
+                extra_rows += scored_rows - tokens
                 real += tokens
                 padding += len(batch) * width_t - tokens
             every |= shapes
@@ -65,13 +74,21 @@ def main() -> int:
         results[str(multiple)] = {"shapes_per_epoch": per_epoch, "shapes_over_epochs": len(every),
                                   "batch_sizes": len(sizes), "batches_per_epoch": batches_per_epoch,
                                   "target_padding_share": padding / (real + padding),
-                                  "target_tokens_per_batch": real / sum(batches_per_epoch)}
-        rows.append([multiple, "/".join(map(str, per_epoch)), len(every), len(sizes), batches_per_epoch[0],
+                                  "target_tokens_per_batch": real / sum(batches_per_epoch),
+                                  "width_pairs_over_epochs": len(width_pairs),
+                                  "token_counts_over_epochs": len(counts),
+                                  "token_ladder": args.token_ladder,
+                                  "token_ladder_sizes_over_epochs": len(ladder_counts),
+                                  "token_ladder_extra_rows_share": extra_rows / real}
+        rows.append([multiple, "/".join(map(str, per_epoch)), len(every), len(width_pairs), len(sizes),
+                     batches_per_epoch[0],
                      f"{results[str(multiple)]['target_padding_share']:.3f}",
-                     f"{results[str(multiple)]['target_tokens_per_batch']:.0f}"])
+                     f"{results[str(multiple)]['target_tokens_per_batch']:.0f}", len(counts), len(ladder_counts),
+                     f"{extra_rows / real:.3f}"])
     print(f"{args.run}: {len(kept):,} training pairs, max_tokens {data.max_tokens}, {args.epochs} epochs")
-    print(format_table(["pad_multiple", "shapes per epoch", "over the epochs", "batch sizes", "batches",
-                        "target padding", "target tokens / batch"], rows))
+    print(format_table(["pad_multiple", "shapes per epoch", "over the epochs", "width pairs", "batch sizes", "batches",
+                        "target padding", "target tokens / batch", "token counts",
+                        f"on the ladder ({args.token_ladder})", "extra rows"], rows))
     if args.json is not None:
         document = {"command": portable(" ".join(["PYTHONPATH=benchmarks python",
                                                   "benchmarks/experiments/batch_shapes.py", *sys.argv[1:]])),

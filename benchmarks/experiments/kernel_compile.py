@@ -1,4 +1,4 @@
-"""How long does oneDNN spend compiling kernels in a training's first steps, for each ``data.pad_multiple``?
+"""How long does oneDNN spend compiling kernels in a training's first steps, for each batch-shape policy?
 
 oneDNN, which runs PyTorch's bf16 matrix products and LSTMs on a CPU, creates (JIT-compiles) one
 primitive per problem shape and keeps it in its cache. With ``ONEDNN_VERBOSE=profile_create`` it
@@ -7,10 +7,11 @@ taken from the cache, the last field the milliseconds it took. This script train
 scratch for ``--steps`` steps (or one epoch with ``--steps 0``) once per multiple, the arms taking
 turns, reads those lines as they come, and reports the kernels compiled, the milliseconds spent
 compiling them, the training's wall time and its steps. The cache is the one attnmt sets (16,384
-kernels), so a miss is a shape seen for the first time.
+kernels), so a miss is a shape seen for the first time. An arm is ``M`` (``data.pad_multiple`` M)
+or ``M:K`` (and ``data.token_ladder`` K: the output layer's rows on K sizes per doubling).
 
     PYTHONPATH=benchmarks python benchmarks/experiments/kernel_compile.py multi30k_rnn_fast --steps 0 \\
-        --multiples 1 8 --json benchmarks/results/speed/kernel_compile_rnn5.json
+        --arms 1 8 8:16 --json benchmarks/results/speed/kernel_compile_rnn5.json
 
 Prints a table; writes the JSON.
 """
@@ -58,10 +59,26 @@ def creations(stream) -> dict:
     return counts
 
 
-def train_once(config: str, multiple: int, steps: int, seed: int, folder: Path) -> dict:
-    out = folder / f"pad{multiple}"
+def parse_arm(text: str) -> tuple[int, int]:
+    """``M`` or ``M:K`` as (pad multiple, token ladder)."""
+    multiple, _, ladder = text.partition(":")
+    try:
+        return int(multiple), int(ladder or 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an arm is M or M:K (integers), got {text!r}") from None
+
+
+def arm_name(multiple: int, ladder: int) -> str:
+    """The arm's key in the JSON: "M", or "M:K" with a token ladder."""
+    return f"{multiple}:{ladder}" if ladder else str(multiple)
+
+
+def train_once(config: str, arm: tuple[int, int], steps: int, seed: int, folder: Path) -> dict:
+    multiple, ladder = arm
+    out = folder / f"pad{multiple}-ladder{ladder}"
     command = [sys.executable, "-m", "attnmt", "train", "--config", config, "--out", str(out), "--seed", str(seed),
-               "--no-progress", "--set", f"data.pad_multiple={multiple}", "--set", "training.bleu_max_sentences=0"]
+               "--no-progress", "--set", f"data.pad_multiple={multiple}", "--set", f"data.token_ladder={ladder}",
+               "--set", "training.bleu_max_sentences=0"]
     command += ["--max-steps", str(steps)] if steps else ["--max-epochs", "1"]
     environment = {**os.environ, "ONEDNN_VERBOSE": "profile_create"}
     started = time.perf_counter()
@@ -73,7 +90,7 @@ def train_once(config: str, multiple: int, steps: int, seed: int, folder: Path) 
         raise SystemExit(f"kernel_compile.py: {' '.join(command)} failed (exit {process.returncode})")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     train = [r for r in records if r["type"] == "train"]
-    return {"pad_multiple": multiple, **counts, "steps": train[-1]["step"] if train else 0,
+    return {"pad_multiple": multiple, "token_ladder": ladder, **counts, "steps": train[-1]["step"] if train else 0,
             "training_seconds": round(train[-1]["elapsed"], 1) if train else None,
             "wall_seconds": round(wall, 1),
             "compile_share_of_training": (round(counts["compile_ms"] / 1000 / train[-1]["elapsed"], 3)
@@ -83,24 +100,27 @@ def train_once(config: str, multiple: int, steps: int, seed: int, folder: Path) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a recipe name or config file")
-    parser.add_argument("--multiples", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--arms", type=parse_arm, nargs="+", default=[(1, 0), (8, 0), (8, 16)],
+                        help="M (data.pad_multiple) or M:K (and data.token_ladder K); default 1 8 8:16")
     parser.add_argument("--steps", type=int, default=0, help="training steps per arm; 0: one epoch")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="kernel-compile-") as folder:
-        for multiple in args.multiples:
-            print(f"training {args.config} with data.pad_multiple={multiple} ...", file=sys.stderr, flush=True)
-            results.append(train_once(args.config, multiple, args.steps, args.seed, Path(folder)))
-    rows = [[r["pad_multiple"], r["steps"], f"{r['kernels_compiled']:,}", f"{r['compile_ms'] / 1000:.1f}",
+        for arm in args.arms:
+            print(f"training {args.config} with data.pad_multiple={arm[0]}, data.token_ladder={arm[1]} ...",
+                  file=sys.stderr, flush=True)
+            results.append(train_once(args.config, arm, args.steps, args.seed, Path(folder)))
+    rows = [[r["pad_multiple"], r["token_ladder"], r["steps"], f"{r['kernels_compiled']:,}",
+             f"{r['by_kind'].get('matmul', {}).get('kernels', 0):,}", f"{r['compile_ms'] / 1000:.1f}",
              r["training_seconds"], r["compile_share_of_training"]] for r in results]
-    print(format_table(["pad multiple", "steps", "kernels compiled", "compile s", "training s", "compile share"],
-                       rows))
+    print(format_table(["pad multiple", "token ladder", "steps", "kernels compiled", "of them matmul", "compile s",
+                        "training s", "compile share"], rows))
     write_text_atomic(args.json, json.dumps(portable({
         "config": args.config, "steps": args.steps or "one epoch", "seed": args.seed,
         "machine": machine("torch"), "cpu": cpu_name(), "threads": os.cpu_count(),
-        "arms": {str(r["pad_multiple"]): r for r in results}}), indent=2) + "\n")
+        "arms": {arm_name(r["pad_multiple"], r["token_ladder"]): r for r in results}}), indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 
