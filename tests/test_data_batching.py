@@ -282,3 +282,30 @@ def test_the_scored_positions_are_the_real_ones_and_the_first_padding():
     laddered = collate(src, tgt, range(20), token_ladder=8)
     assert torch.equal(laddered.scored_mask, scored_positions(laddered.tgt_mask, 8))
     assert torch.equal(laddered.to("cpu").scored_mask, laddered.scored_mask)
+
+
+def test_the_padding_rows_on_the_ladder_never_reach_the_loss_even_when_their_logits_are_not_finite():
+    """token_losses with scored positions: the padding rows' logits are set aside before the softmax,
+    so huge, infinite or NaN values there change neither the loss nor the real rows' gradients
+    (float64, against the loss of the real rows alone)."""
+    from attnmt.data.batching import scored_positions
+    from attnmt.models.losses import token_losses
+
+    torch.manual_seed(3)
+    mask = torch.arange(6).unsqueeze(0) < torch.tensor([[6], [2], [4]])  # 12 real of 18
+    scored = scored_positions(mask, 1)  # 16 rows: 4 of them padding
+    targets = torch.randint(4, 11, mask.shape)
+    real_rows = torch.randn(12, 11, dtype=torch.float64, requires_grad=True)
+    reference = token_losses(real_rows, targets, mask, 0.1)
+    (reference_grad,) = torch.autograd.grad(reference[0], real_rows)
+    for filler in (1e300, float("inf"), float("nan")):
+        rows = torch.full((16, 11), filler, dtype=torch.float64)
+        rows[mask[scored]] = real_rows.detach()
+        rows.requires_grad_(True)
+        loss, nll, count = token_losses(rows, targets, mask, 0.1, scored)
+        (grad,) = torch.autograd.grad(loss, rows)
+        assert count == 12 and torch.isfinite(loss)
+        assert float(loss.detach()) == pytest.approx(float(reference[0].detach()), rel=0, abs=1e-12)
+        assert float(nll) == pytest.approx(float(reference[1]), rel=0, abs=1e-12)
+        torch.testing.assert_close(grad[mask[scored]], reference_grad, rtol=0, atol=1e-12)
+        assert bool((grad[~mask[scored]] == 0).all())

@@ -6,6 +6,7 @@ What a batch holds, for B pairs with source ids x and target ids y (``batching``
     tgt_in   [B, T]  BOS + y                   what the decoder reads (teacher forcing)
     tgt_out  [B, T]  y + EOS                   what the decoder must predict at each step
     src_mask [B, S], tgt_mask [B, T]  bool, True = real token (may attend / counts in the loss)
+    scored_mask [B, T]                bool or None: where the output layer runs (``token_ladder``)
 
 The source ends with EOS so that even an empty sentence has one position to attend to, and so
 the encoder sees where the sentence stops. S = max |x| + 1 and T = max |y| + 1 over the batch.

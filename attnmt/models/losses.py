@@ -54,6 +54,11 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
         )
     selected = logits if selected_already else logits[mask]  # [N, V]
     gold = targets[positions]  # [N]
+    real = None if scored is None else mask[scored]  # [N'] which of the scored rows are real tokens
+    if real is not None:
+        # the padding rows' logits as 0 (a uniform softmax): left as they were, they made a wider RNN's
+        # epoch slower, most likely through denormal probabilities in their softmax (docs/experiments.md)
+        selected = torch.where(real.unsqueeze(1), selected, selected.new_zeros(()))
     log_probs = F.log_softmax(at_least_float32(selected), dim=-1)  # float64 stays float64
     nll = -log_probs.gather(1, gold.unsqueeze(1)).squeeze(1)  # [N]
     if label_smoothing > 0.0:
@@ -62,8 +67,7 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
     else:
         loss = nll
     count = int(gold.numel())
-    if scored is not None:  # the padding rows: loss 0, and no gradient through them
-        real = mask[scored]
+    if real is not None:  # the padding rows: loss 0, and no gradient through them
         loss, nll = torch.where(real, loss, 0.0), torch.where(real, nll, 0.0)
         count = int(real.sum())
     with torch.no_grad():
