@@ -126,8 +126,7 @@ def ladder_size(count: int, per_doubling: int) -> int:
     output layer's rows"); ``count`` itself when ``per_doubling`` is 0 or ``count`` is below 1."""
     if per_doubling <= 0 or count < 1:
         return count
-    step = max(1, (1 << (count.bit_length() - 1)) // per_doubling)
-    return -(-count // step) * step
+    return padded_width(count, max(1, (1 << (count.bit_length() - 1)) // per_doubling))
 
 
 def scored_positions(mask: torch.Tensor, per_doubling: int) -> torch.Tensor:

@@ -40,7 +40,8 @@ def token_losses(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
     Returns ``(loss_sum, nll_sum, num_tokens)``: ``loss_sum`` is the training loss summed over the
     real tokens (cross-entropy with label smoothing ε against ``(1-ε)·onehot + ε/V``), ``nll_sum``
     the plain negative log-likelihood summed over them (a float tensor without gradient), and
-    ``num_tokens`` how many real tokens there are. Padding positions are not even scored.
+    ``num_tokens`` how many real tokens there are. Without ``scored``, padding positions are not even
+    scored; with it, the padding rows it names are computed but count for nothing.
     """
     positions = mask if scored is None else scored
     selected_already = (logits.dim() == 2 and positions.shape == targets.shape
