@@ -166,6 +166,24 @@ def train_stopped_and_unbroken(folder: Path, config: dict, first_epochs: int):
     return resumed, unbroken, a, b
 
 
+def resumed_inside_an_epoch(folder: Path, config: dict, unbroken_step: int, epochs: int):
+    """Train ``config`` into ``folder/resumed`` until two steps into its second epoch, then resume it
+    to the end, and check it against ``folder/unbroken`` (the same config trained before in one go:
+    ``unbroken_step`` steps over ``epochs`` epochs): the same step, weights and epoch records.
+    Returns both last checkpoints (resumed, unbroken)."""
+    stopped = {**config, "training": {**config["training"], "max_steps": unbroken_step // epochs + 2}}
+    run_trainer(folder, stopped, out="resumed")
+    run_trainer(folder, config, out="resumed", resume=True)
+    a = load_checkpoint(folder / "resumed" / "last.pt")
+    b = load_checkpoint(folder / "unbroken" / "last.pt")
+    assert a["progress"]["step"] == b["progress"]["step"] == unbroken_step
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), name
+    assert comparable([r for r in a["history"] if r["type"] == "epoch"]) == comparable(
+        [r for r in b["history"] if r["type"] == "epoch"])
+    return a, b
+
+
 # comparable: attnmt.runs.folder.machine_free (metric records without the machine's fields)
 comparable = machine_free
 

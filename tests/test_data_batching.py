@@ -19,6 +19,10 @@ from attnmt.data import (
     restore_order,
     shard,
 )
+from attnmt.data.batching import ladder_floor, ladder_size, scored_positions
+from attnmt.models import build_model
+from attnmt.models.losses import token_losses
+from attnmt.training.step import backward_on_batch
 
 
 def random_corpus(count=500, seed=0, max_len=40):
@@ -203,6 +207,57 @@ def test_a_pad_multiple_gives_widths_of_that_multiple_within_the_budget_and_the_
         make_batches(src, tgt, max_tokens=300, pad_multiple=0)
 
 
+def test_ladder_floor_rounds_down_to_the_sizes_ladder_size_rounds_up_to():
+    """ladder_floor: never above the count, less than N / k + 1 below it, at least 1, and always a
+    size of the token ladder (ladder_size leaves it as it is), so at most k sizes per doubling."""
+    for k in (1, 2, 4, 16):
+        for n in range(1, 3000):
+            size = ladder_floor(n, k)
+            assert 1 <= size <= n and n - size < max(1, n / k)
+            assert ladder_size(size, k) == size
+        for j in range(12):
+            assert len({ladder_floor(n, k) for n in range(2**j, 2 ** (j + 1))}) <= k
+    assert [ladder_floor(n, 4) for n in (1, 7, 8, 9, 11, 37, 100)] == [1, 7, 8, 8, 10, 32, 96]
+    assert ladder_floor(37, 0) == 37 and ladder_floor(0, 4) == 0
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("max_sentences", [None, 12])
+def test_a_row_ladder_gives_batch_sizes_on_the_ladder_and_every_pair_once(shuffle, max_sentences):
+    """data.row_ladder: every batch's B is a ladder size, the budget holds, every pair comes once,
+    the same (seed, epoch) gives the same batches, fewer batch sizes remain, and the batches grow
+    no smaller than the ladder allows; 0 changes nothing."""
+    rng = random.Random(6)
+    src = [[rng.randrange(4, 50) for _ in range(rng.randrange(0, 40))] for _ in range(1500)]
+    tgt = [[rng.randrange(4, 50) for _ in range(max(0, len(s) + rng.randrange(-3, 4)))] for s in src]
+    lengths = ([len(s) for s in src], [len(t) for t in tgt])
+    settings = dict(max_tokens=400, shuffle=shuffle, seed=2, epoch=1, max_sentences=max_sentences, pad_multiple=4)
+    plain = batch_indices(*lengths, **settings)
+    assert batch_indices(*lengths, **settings, row_ladder=0) == plain
+    for k in (1, 2, 4):
+        laddered = batch_indices(*lengths, **settings, row_ladder=k)
+        assert laddered == batch_indices(*lengths, **settings, row_ladder=k)
+        assert sorted(i for batch in laddered for i in batch) == list(range(1500))
+        for batch in laddered:
+            assert ladder_floor(len(batch), k) == len(batch)
+            width = max(max(-(-(lengths[0][i] + 1) // 4), -(-(lengths[1][i] + 1) // 4)) * 4 for i in batch)
+            assert len(batch) * width <= 400 and len(batch) <= (max_sentences or len(batch))
+        assert len({len(b) for b in laddered}) < len({len(b) for b in plain})
+        rows = sum(len(b) for b in plain) / len(plain)
+        assert sum(len(b) for b in laddered) / len(laddered) > rows * k / (k + 1)  # ladder_floor(n) > n·k/(k+1)
+    with pytest.raises(ValueError, match="row_ladder must be an integer >= 0, got -1"):
+        batch_indices(*lengths, max_tokens=400, row_ladder=-1)
+
+
+def test_a_row_ladder_batch_is_collated_like_any_other():
+    """make_batches with row_ladder: the tensors of each batch are those collate makes of its pairs."""
+    src, tgt = random_corpus(300, seed=9)
+    for batch in make_batches(src, tgt, max_tokens=300, seed=3, row_ladder=2):
+        again = collate(src, tgt, batch.indices)
+        assert torch.equal(batch.src, again.src) and torch.equal(batch.tgt_out, again.tgt_out)
+        assert batch.size in {2**j for j in range(10)} | {3 * 2**j for j in range(9)}  # 2 sizes per doubling
+
+
 @pytest.mark.parametrize("model_config", [
     {"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "additive", "dropout": 0.0},
     {"type": "rnn", "embed_dim": 8, "hidden_dim": 12, "attention": "general", "dropout": 0.0, "flow": "luong"},
@@ -215,9 +270,6 @@ def test_the_extra_padding_leaves_the_loss_and_the_gradients_as_they_are_in_floa
     """One batch collated with pad_multiple 1 and 16, and with the output layer's rows on a token
     ladder (padding rows scored with weight 0): the same loss, likelihood, token count and
     gradients within 1e-12."""
-    from attnmt.models import build_model
-    from attnmt.training.step import backward_on_batch
-
     rng = random.Random(5)
     src = [[rng.randrange(4, 30) for _ in range(rng.randrange(0, 9))] for _ in range(5)]
     tgt = [[rng.randrange(4, 30) for _ in range(rng.randrange(0, 9))] for _ in range(5)]
@@ -244,8 +296,6 @@ def test_the_extra_padding_leaves_the_loss_and_the_gradients_as_they_are_in_floa
 def test_the_token_ladder_rounds_up_to_a_few_sizes_per_doubling():
     """ladder_size: never below the count, less than one step above it (step = 2^⌊log₂ N⌋ / k, so at
     most N / k more), at most k sizes in each doubling; 0 or a count below 1 is left as it is."""
-    from attnmt.data.batching import ladder_size
-
     for k in (1, 4, 16):
         sizes = [ladder_size(n, k) for n in range(1, 5000)]
         assert all(n <= size <= n + max(1, n // k) for n, size in zip(range(1, 5000), sizes, strict=True))
@@ -261,8 +311,6 @@ def test_the_scored_positions_are_the_real_ones_and_the_first_padding():
     """scored_positions: every real position, the first padding positions row by row up to the
     ladder's size, never more than B · T; the mask given is left as it was; collate names them
     only with a ladder."""
-    from attnmt.data.batching import ladder_size, scored_positions
-
     rng = random.Random(8)
     for _ in range(50):
         lengths = [rng.randrange(1, 30) for _ in range(rng.randrange(1, 9))]
@@ -288,9 +336,6 @@ def test_the_padding_rows_on_the_ladder_never_reach_the_loss_even_when_their_log
     """token_losses with scored positions: the padding rows' logits are set aside before the softmax,
     so huge, infinite or NaN values there change neither the loss nor the real rows' gradients
     (float64, against the loss of the real rows alone)."""
-    from attnmt.data.batching import scored_positions
-    from attnmt.models.losses import token_losses
-
     torch.manual_seed(3)
     mask = torch.arange(6).unsqueeze(0) < torch.tensor([[6], [2], [4]])  # 12 real of 18
     scored = scored_positions(mask, 1)  # 16 rows: 4 of them padding

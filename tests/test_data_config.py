@@ -39,6 +39,8 @@ def test_defaults_are_multi30k_de_en():
         ({"pad_multiple": 200, "max_length": 100}, "data.pad_multiple: must be from 1 to 101 (max_length + 1"),
         ({"token_ladder": -1}, "data.token_ladder: must be an integer >= 0, got -1"),
         ({"token_ladder": 2000}, "data.token_ladder: must be from 0 (off) to 1024 sizes per doubling, got 2000"),
+        ({"row_ladder": 2.5}, "data.row_ladder: must be an integer >= 0, got 2.5"),
+        ({"row_ladder": 4096}, "data.row_ladder: must be from 0 (off) to 1024 sizes per doubling, got 4096"),
         ({"max_length": True}, "data.max_length"),
         ({"joint_vocab": "yes"}, "data.joint_vocab"),
         ({"tokenizer_type": "wordpiece"}, "unknown type 'wordpiece'"),

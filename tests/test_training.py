@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import attnmt.training.trainer as trainer_module
 from attnmt.cli import main as cli_main
-from attnmt.data import make_batches
+from attnmt.data import collate, make_batches
+from attnmt.data.batching import ladder_floor
 from attnmt.errors import CheckpointError, ConfigError, DataError
 from attnmt.models import build_model
 from attnmt.runs.checkpoint import load_checkpoint
@@ -26,7 +28,7 @@ from attnmt.runs.run_config import RunConfig, TrainingConfig, load_config
 from attnmt.runtime.threads import available_cores
 from attnmt.training import PlateauTracker, backward_on_batch, training_threads
 
-from helpers import comparable, make_pairs, run_trainer, save_yaml, tiny_run_config
+from helpers import comparable, make_pairs, resumed_inside_an_epoch, run_trainer, save_yaml, tiny_run_config
 
 pytestmark = pytest.mark.slow  # every test trains a run
 
@@ -500,3 +502,27 @@ def test_a_float64_model_keeps_float64_through_the_loss(model_config):
     nll = -log_probs.gather(1, batch.tgt_out[batch.tgt_mask].unsqueeze(1)).squeeze(1)
     expected = (0.9 * nll - 0.1 * log_probs.mean(dim=-1)).sum()
     assert float(stats.loss_sum) == pytest.approx(float(expected), rel=1e-13)
+
+
+@pytest.mark.slow
+def test_a_run_with_fewer_shapes_trains_on_the_ladders_and_resumes_inside_an_epoch_exactly(tmp_path, monkeypatch):
+    """data.pad_multiple, token_ladder and row_ladder together: every training batch's row count is
+    on the row ladder, the loss falls, and a run stopped inside its second epoch and resumed ends
+    with the same weights and epoch records as one trained in one go."""
+    config = tiny_run_config(tmp_path, train_pairs=150, max_epochs=3, bleu_max_sentences=0, examples=0,
+                             checkpoint_every=1000)
+    config["data"].update(pad_multiple=4, token_ladder=2, row_ladder=2)
+    sizes = []
+
+    def recording_collate(*args, **kwargs):
+        batch = collate(*args, **kwargs)
+        sizes.append(batch.size)
+        return batch
+
+    monkeypatch.setattr(trainer_module, "collate", recording_collate)
+    unbroken = run_trainer(tmp_path, config, out="unbroken")
+    monkeypatch.undo()
+    assert len(sizes) == unbroken.step and all(ladder_floor(size, 2) == size for size in sizes)
+    _, b = resumed_inside_an_epoch(tmp_path, config, unbroken.step, epochs=3)
+    epochs = [r for r in b["history"] if r["type"] == "epoch"]
+    assert epochs[-1]["loss"] < epochs[0]["loss"]

@@ -35,6 +35,13 @@ sizes per doubling,
 so N' takes a few dozen values and at most N/k + 1 rows more are computed. Their loss has weight 0
 (``attnmt.models.losses.token_losses``): the loss and its gradients are those of the N real tokens.
 
+**The rows of a batch.** With ``row_ladder`` k > 0 a batch's row count B is cut down to one of k
+sizes per doubling (B' = step · ⌊B / step⌋, the same steps as above): packing closes a batch as
+before, keeps its first B' pairs (the shorter ones) and starts the next batch with the rest. So B,
+and with it every product over B · S or B · T rows, takes a few values; a batch loses fewer than
+B/k rows, which the next batch takes. Which pairs train together changes (not the loss of a
+batch), so a run keeps its ``row_ladder`` for good.
+
 **Order.** With ``shuffle``, the order is a function of ``(seed, epoch)`` only: the same seed gives
 the same batches on every machine and every rank; another epoch gives another order. Pairs are
 shuffled, cut into large chunks, sorted by length inside each chunk (by max(S, T), then S, then
@@ -129,6 +136,16 @@ def ladder_size(count: int, per_doubling: int) -> int:
     return padded_width(count, max(1, (1 << (count.bit_length() - 1)) // per_doubling))
 
 
+def ladder_floor(count: int, per_doubling: int) -> int:
+    """``count`` rounded down to the next of ``per_doubling`` sizes per doubling (module docstring, "The
+    rows of a batch"); ``count`` itself when ``per_doubling`` is 0 or ``count`` is below 1. Every
+    count below 2 · ``per_doubling`` is a size of its own, so the result is at least 1."""
+    if per_doubling <= 0 or count < 1:
+        return count
+    step = max(1, (1 << (count.bit_length() - 1)) // per_doubling)
+    return count // step * step
+
+
 def scored_positions(mask: torch.Tensor, per_doubling: int) -> torch.Tensor:
     """``mask`` [B, T] (True = a real target token) with as many of its first False positions (row by
     row) set as bring its count to ``ladder_size`` (at most B · T): the positions the output layer
@@ -189,26 +206,36 @@ def _pack(
     widths: np.ndarray,
     max_tokens: int | None,
     max_sentences: int | None,
+    row_ladder: int = 0,
 ) -> list[list[int]]:
-    """Cut ``order`` into consecutive batches with ``len(batch) · max(widths[batch]) <= max_tokens``."""
+    """Cut ``order`` into consecutive batches with ``len(batch) · max(widths[batch]) <= max_tokens``;
+    with ``row_ladder`` k > 0 each batch keeps ``ladder_floor(len, k)`` pairs and hands the rest on
+    to the next (module docstring, "The rows of a batch")."""
     batches: list[list[int]] = []
     current: list[int] = []
     current_width = 0
     oversized = 0
+
+    def close() -> None:
+        nonlocal current, current_width
+        keep = ladder_floor(len(current), row_ladder)
+        batches.append(current[:keep])
+        current = current[keep:]
+        current_width = max((int(widths[index]) for index in current), default=0)
+
     for index in order.tolist():
         width = int(widths[index])
-        new_width = max(current_width, width)
-        too_many_tokens = max_tokens is not None and (len(current) + 1) * new_width > max_tokens
-        too_many_sentences = max_sentences is not None and len(current) >= max_sentences
-        if current and (too_many_tokens or too_many_sentences):
-            batches.append(current)
-            current, new_width = [], width
+        while current and (
+            (max_tokens is not None and (len(current) + 1) * max(current_width, width) > max_tokens)
+            or (max_sentences is not None and len(current) >= max_sentences)
+        ):
+            close()
         current.append(index)
-        current_width = new_width
+        current_width = max(current_width, width)
         if max_tokens is not None and width > max_tokens:
             oversized += 1
-    if current:
-        batches.append(current)
+    while current:
+        close()
     if oversized:
         _warn_once_per_budget(oversized, max_tokens)
     return batches
@@ -262,6 +289,7 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
     rank: int = 0,
     world_size: int = 1,
     pad_multiple: int = 1,
+    row_ladder: int = 0,
 ) -> list[list[int]]:
     """Group corpus positions into batches; lengths are of the ids without specials.
 
@@ -271,6 +299,8 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
     _check_budget(max_tokens, max_sentences)
     if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
         raise ValueError(f"pad_multiple must be a positive integer, got {pad_multiple!r}")
+    if isinstance(row_ladder, bool) or not isinstance(row_ladder, int) or row_ladder < 0:
+        raise ValueError(f"row_ladder must be an integer >= 0, got {row_ladder!r}")
     src_widths = np.asarray(src_lengths, dtype=np.int64) + 1  # + EOS
     if tgt_lengths is None:
         tgt_widths = np.zeros_like(src_widths)
@@ -287,7 +317,7 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
     if not shuffle:
         # Stable sort: equal lengths keep corpus order, so the batches never depend on a seed.
         order = np.lexsort((tgt_widths, src_widths, widths))
-        return shard(_pack(order, widths, max_tokens, max_sentences), rank, world_size)
+        return shard(_pack(order, widths, max_tokens, max_sentences, row_ladder), rank, world_size)
 
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(count)
@@ -305,7 +335,7 @@ def batch_indices(  # noqa: PLR0913 (the batching settings of the data section, 
         chunk = order[start : start + chunk_size]
         # lexsort is stable: ties keep their shuffled order, so equal-length pairs still mix.
         chunk = chunk[np.lexsort((tgt_widths[chunk], src_widths[chunk], widths[chunk]))]
-        batches.extend(_pack(chunk, widths, max_tokens, max_sentences))
+        batches.extend(_pack(chunk, widths, max_tokens, max_sentences, row_ladder))
     batches = [batches[k] for k in rng.permutation(len(batches))]
     return shard(batches, rank, world_size)
 
@@ -321,6 +351,7 @@ def make_batches(  # noqa: PLR0913 (the batching settings of the data section, e
     rank: int = 0,
     world_size: int = 1,
     pad_multiple: int = 1,
+    row_ladder: int = 0,
 ) -> list[Batch]:
     """Training or validation batches of (src_ids[i], tgt_ids[i]) pairs, ids without specials.
 
@@ -328,6 +359,7 @@ def make_batches(  # noqa: PLR0913 (the batching settings of the data section, e
     max_sentences: optional bound on B.
     shuffle, seed, epoch: see the module docstring; validation uses ``shuffle=False``.
     rank, world_size: this process's equal share for distributed training.
+    pad_multiple, row_ladder: fewer shapes (module docstring).
     """
     if len(src_ids) != len(tgt_ids):
         raise ValueError(f"make_batches: {len(src_ids)} sources but {len(tgt_ids)} targets")
@@ -342,6 +374,7 @@ def make_batches(  # noqa: PLR0913 (the batching settings of the data section, e
         rank=rank,
         world_size=world_size,
         pad_multiple=pad_multiple,
+        row_ladder=row_ladder,
     )
     return [collate(src_ids, tgt_ids, group, pad_multiple) for group in groups]
 

@@ -25,7 +25,9 @@ tokens, see ``batching``) and ``pad_multiple`` (1; S and T of a batch rounded up
 it, so that batches take a few shapes: ``batching``, "Fewer shapes"), ``token_ladder`` (0; k > 0
 runs the output layer on the real target tokens and a little padding, their count rounded up to
 one of k sizes per doubling, so that its products take a few shapes: ``batching``, "The output
-layer's rows"). ``train_links`` (null) names
+layer's rows") and ``row_ladder`` (0; k > 0 cuts each batch's row count down to one of k sizes
+per doubling, the rest going on to the next batch: ``batching``, "The rows of a batch").
+``train_links`` (null) names
 a file of word links for the training pairs (Pharaoh ``i-j``, 0-based, source first, one line per
 line of the ``train`` files; e.g. written by ``attnmt align``): with it, training guides the
 attention towards them
@@ -61,8 +63,8 @@ from attnmt.runtime.checks import check_plain_name
 DATASETS = ("multi30k",)
 #: the most segmentations of a sentence subword sampling keeps (memory: about 4 bytes a piece each)
 MAX_SAMPLING_NBEST = 256
-#: the most sizes per doubling ``token_ladder`` takes (more would be about every count again)
-MAX_TOKEN_LADDER = 1024
+#: the most sizes per doubling ``token_ladder`` and ``row_ladder`` take (more would be about every count again)
+MAX_LADDER = 1024
 MULTI30K_SPLIT_ALIASES = {"valid": "val", "test": "test_2016_flickr"}
 
 
@@ -86,6 +88,7 @@ class DataConfig:
     max_tokens: int = 4096
     pad_multiple: int = 1
     token_ladder: int = 0
+    row_ladder: int = 0
     sampling_alpha: float | None = None
     sampling_nbest: int = 16
     base_dir: str | None = field(default=None, compare=False)  # not a config key; see module docstring
@@ -193,10 +196,11 @@ class DataConfig:
         if self.pad_multiple > longest:
             raise ConfigError(f"data.pad_multiple: must be from 1 to {longest} (max_length + 1, the widest row), "
                               f"got {self.pad_multiple}")
-        _check_int("token_ladder", self.token_ladder, minimum=0)
-        if self.token_ladder > MAX_TOKEN_LADDER:
-            raise ConfigError(f"data.token_ladder: must be from 0 (off) to {MAX_TOKEN_LADDER} sizes per doubling, "
-                              f"got {self.token_ladder}")
+        for name in ("token_ladder", "row_ladder"):
+            value = getattr(self, name)
+            _check_int(name, value, minimum=0)
+            if value > MAX_LADDER:
+                raise ConfigError(f"data.{name}: must be from 0 (off) to {MAX_LADDER} sizes per doubling, got {value}")
         if not isinstance(self.joint_vocab, bool):
             raise ConfigError(f"data.joint_vocab: must be true or false, got {self.joint_vocab!r}")
         if self.tokenizer_type not in MODEL_TYPES:

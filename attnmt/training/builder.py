@@ -169,7 +169,7 @@ def _build_training(  # noqa: C901 (the builder assembles the parts in the order
     valid_ids = tokenizers.encode_corpus(valid_corpus)
     valid_batches = [batch.to(device) for batch in
                      make_batches(valid_ids.src_ids, valid_ids.tgt_ids, max_tokens=data.max_tokens, shuffle=False,
-                                  pad_multiple=data.pad_multiple)]
+                                  pad_multiple=data.pad_multiple, row_ladder=data.row_ladder)]
     guide = None
     if data.train_links is not None:
         guide, report = AlignmentGuide.from_links(

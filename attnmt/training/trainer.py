@@ -197,7 +197,7 @@ class Trainer:
         all_batches = batch_indices(
             [len(ids) for ids in parts.train_src], [len(ids) for ids in parts.train_tgt],
             max_tokens=self.config.data.max_tokens, shuffle=True, seed=training.seed, epoch=progress.epoch,
-            pad_multiple=self.config.data.pad_multiple,
+            pad_multiple=self.config.data.pad_multiple, row_ladder=self.config.data.row_ladder,
         )
         epoch_batches = shard(all_batches, context.rank, context.world_size)
         # Every rank knows every rank's batches, so the global token count of each step (which

@@ -6,10 +6,13 @@ seed), for each multiple: the batches per epoch, the distinct (B, S, T) shapes p
 all the epochs asked, the distinct (S, T) width pairs and batch sizes B among them, the share of target positions that are padding, the
 real target tokens per batch, and the distinct counts N of real target tokens (the rows of the
 output layer) over the epochs, as they are and on the token ladder (``--token-ladder``, the extra
-rows as a share of the real ones). No training: the shapes are those the training would see.
+rows as a share of the real ones). With ``--row-ladders``, each multiple is batched once per row
+ladder too (``data.row_ladder``: each batch's row count on R sizes per doubling; 0 is off): its key
+in the JSON is "M" for R = 0 and "M, rows R" otherwise. No training: the shapes are those the
+training would see.
 
     PYTHONPATH=benchmarks python benchmarks/experiments/batch_shapes.py runs/fast --multiples 1 2 4 8 16 \\
-        --epochs 3 --json benchmarks/results/speed/batch_shapes_rnn5.json
+        --row-ladders 0 4 --epochs 3 --json benchmarks/results/speed/batch_shapes_rnn5.json
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def main() -> int:
     parser.add_argument("--multiples", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--token-ladder", type=int, default=16, help="sizes per doubling (data.token_ladder)")
+    parser.add_argument("--row-ladders", type=int, nargs="+", default=[0],
+                        help="sizes per doubling of a batch's rows (data.row_ladder; 0: off); default 0")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     translator = Translator.load(args.run, num_threads=1)
@@ -47,14 +52,17 @@ def main() -> int:
     kept = [k for k in range(len(src)) if len(src[k]) <= limit and len(tgt[k]) <= limit]
     src_lengths, tgt_lengths = [len(src[k]) for k in kept], [len(tgt[k]) for k in kept]
     rows, results = [], {}
-    for multiple in args.multiples:
+    arms = [(multiple, row_ladder) for multiple in args.multiples for row_ladder in args.row_ladders]
+    for multiple, row_ladder in arms:
+        key = f"{multiple}, rows {row_ladder}" if row_ladder else str(multiple)
         every, per_epoch, batches_per_epoch, sizes = set(), [], [], set()
         real = padding = extra_rows = 0
         counts, ladder_counts, width_pairs = set(), set(), set()
         for epoch in range(args.epochs):
             shapes = set()
             batches = batch_indices(src_lengths, tgt_lengths, max_tokens=data.max_tokens, shuffle=True,
-                                    seed=config.training.seed, epoch=epoch, pad_multiple=multiple)
+                                    seed=config.training.seed, epoch=epoch, pad_multiple=multiple,
+                                    row_ladder=row_ladder)
             for batch in batches:
                 width_s = padded_width(max(src_lengths[k] for k in batch) + 1, multiple)
                 width_t = padded_width(max(tgt_lengths[k] for k in batch) + 1, multiple)
@@ -71,7 +79,7 @@ def main() -> int:
             every |= shapes
             per_epoch.append(len(shapes))
             batches_per_epoch.append(len(batches))
-        results[str(multiple)] = {"shapes_per_epoch": per_epoch, "shapes_over_epochs": len(every),
+        results[key] = {"row_ladder": row_ladder, "shapes_per_epoch": per_epoch, "shapes_over_epochs": len(every),
                                   "batch_sizes": len(sizes), "batches_per_epoch": batches_per_epoch,
                                   "target_padding_share": padding / (real + padding),
                                   "target_tokens_per_batch": real / sum(batches_per_epoch),
@@ -80,13 +88,13 @@ def main() -> int:
                                   "token_ladder": args.token_ladder,
                                   "token_ladder_sizes_over_epochs": len(ladder_counts),
                                   "token_ladder_extra_rows_share": extra_rows / real}
-        rows.append([multiple, "/".join(map(str, per_epoch)), len(every), len(width_pairs), len(sizes),
+        rows.append([multiple, row_ladder, "/".join(map(str, per_epoch)), len(every), len(width_pairs), len(sizes),
                      batches_per_epoch[0],
-                     f"{results[str(multiple)]['target_padding_share']:.3f}",
-                     f"{results[str(multiple)]['target_tokens_per_batch']:.0f}", len(counts), len(ladder_counts),
+                     f"{results[key]['target_padding_share']:.3f}",
+                     f"{results[key]['target_tokens_per_batch']:.0f}", len(counts), len(ladder_counts),
                      f"{extra_rows / real:.3f}"])
     print(f"{args.run}: {len(kept):,} training pairs, max_tokens {data.max_tokens}, {args.epochs} epochs")
-    print(format_table(["pad_multiple", "shapes per epoch", "over the epochs", "width pairs", "batch sizes", "batches",
+    print(format_table(["pad_multiple", "row_ladder", "shapes per epoch", "over the epochs", "width pairs", "batch sizes", "batches",
                         "target padding", "target tokens / batch", "token counts",
                         f"on the ladder ({args.token_ladder})", "extra rows"], rows))
     if args.json is not None:

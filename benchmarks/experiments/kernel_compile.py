@@ -8,10 +8,11 @@ scratch for ``--steps`` steps (or one epoch with ``--steps 0``) once per multipl
 turns, reads those lines as they come, and reports the kernels compiled, the milliseconds spent
 compiling them, the training's wall time and its steps. The cache is the one attnmt sets (16,384
 kernels), so a miss is a shape seen for the first time. An arm is ``M`` (``data.pad_multiple`` M)
-or ``M:K`` (and ``data.token_ladder`` K: the output layer's rows on K sizes per doubling).
+, ``M:K`` (and ``data.token_ladder`` K: the output layer's rows on K sizes per doubling) or ``M:K:R``
+(and ``data.row_ladder`` R: each batch's row count on R sizes per doubling).
 
     PYTHONPATH=benchmarks python benchmarks/experiments/kernel_compile.py multi30k_rnn_fast --steps 0 \\
-        --arms 1 8 8:16 --json benchmarks/results/speed/kernel_compile_rnn5.json
+        --arms 1 8 8:16 8:16:4 --json benchmarks/results/speed/kernel_compile_rnn5.json
 
 Prints a table; writes the JSON.
 """
@@ -59,26 +60,31 @@ def creations(stream) -> dict:
     return counts
 
 
-def parse_arm(text: str) -> tuple[int, int]:
-    """``M`` or ``M:K`` as (pad multiple, token ladder)."""
-    multiple, _, ladder = text.partition(":")
+def parse_arm(text: str) -> tuple[int, int, int]:
+    """``M``, ``M:K`` or ``M:K:R`` as (pad multiple, token ladder, row ladder)."""
+    parts = text.split(":")
     try:
-        return int(multiple), int(ladder or 0)
+        if not 1 <= len(parts) <= 3:
+            raise ValueError
+        numbers = [int(part) for part in parts] + [0] * (3 - len(parts))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"an arm is M or M:K (integers), got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"an arm is M, M:K or M:K:R (integers), got {text!r}") from None
+    return numbers[0], numbers[1], numbers[2]
 
 
-def arm_name(multiple: int, ladder: int) -> str:
-    """The arm's key in the JSON: "M", or "M:K" with a token ladder."""
+def arm_name(multiple: int, ladder: int, rows: int = 0) -> str:
+    """The arm's key in the JSON: "M", "M:K" with a token ladder, "M:K:R" with a row ladder too."""
+    if rows:
+        return f"{multiple}:{ladder}:{rows}"
     return f"{multiple}:{ladder}" if ladder else str(multiple)
 
 
-def train_once(config: str, arm: tuple[int, int], steps: int, seed: int, folder: Path) -> dict:
-    multiple, ladder = arm
-    out = folder / f"pad{multiple}-ladder{ladder}"
+def train_once(config: str, arm: tuple[int, int, int], steps: int, seed: int, folder: Path) -> dict:
+    multiple, ladder, rows = arm
+    out = folder / f"pad{multiple}-ladder{ladder}-rows{rows}"
     command = [sys.executable, "-m", "attnmt", "train", "--config", config, "--out", str(out), "--seed", str(seed),
                "--no-progress", "--set", f"data.pad_multiple={multiple}", "--set", f"data.token_ladder={ladder}",
-               "--set", "training.bleu_max_sentences=0"]
+               "--set", f"data.row_ladder={rows}", "--set", "training.bleu_max_sentences=0"]
     command += ["--max-steps", str(steps)] if steps else ["--max-epochs", "1"]
     environment = {**os.environ, "ONEDNN_VERBOSE": "profile_create"}
     started = time.perf_counter()
@@ -90,7 +96,7 @@ def train_once(config: str, arm: tuple[int, int], steps: int, seed: int, folder:
         raise SystemExit(f"kernel_compile.py: {' '.join(command)} failed (exit {process.returncode})")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     train = [r for r in records if r["type"] == "train"]
-    return {"pad_multiple": multiple, "token_ladder": ladder, **counts, "steps": train[-1]["step"] if train else 0,
+    return {"pad_multiple": multiple, "token_ladder": ladder, "row_ladder": rows, **counts, "steps": train[-1]["step"] if train else 0,
             "training_seconds": round(train[-1]["elapsed"], 1) if train else None,
             "wall_seconds": round(wall, 1),
             "compile_share_of_training": (round(counts["compile_ms"] / 1000 / train[-1]["elapsed"], 3)
@@ -100,8 +106,9 @@ def train_once(config: str, arm: tuple[int, int], steps: int, seed: int, folder:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a recipe name or config file")
-    parser.add_argument("--arms", type=parse_arm, nargs="+", default=[(1, 0), (8, 0), (8, 16)],
-                        help="M (data.pad_multiple) or M:K (and data.token_ladder K); default 1 8 8:16")
+    parser.add_argument("--arms", type=parse_arm, nargs="+", default=[(1, 0, 0), (8, 0, 0), (8, 16, 0)],
+                        help="M (data.pad_multiple), M:K (and data.token_ladder K) or M:K:R (and data.row_ladder R); "
+                             "default 1 8 8:16")
     parser.add_argument("--steps", type=int, default=0, help="training steps per arm; 0: one epoch")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, required=True)
@@ -109,18 +116,19 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="kernel-compile-") as folder:
         for arm in args.arms:
-            print(f"training {args.config} with data.pad_multiple={arm[0]}, data.token_ladder={arm[1]} ...",
+            print(f"training {args.config} with data.pad_multiple={arm[0]}, data.token_ladder={arm[1]}, "
+                  f"data.row_ladder={arm[2]} ...",
                   file=sys.stderr, flush=True)
             results.append(train_once(args.config, arm, args.steps, args.seed, Path(folder)))
-    rows = [[r["pad_multiple"], r["token_ladder"], r["steps"], f"{r['kernels_compiled']:,}",
+    rows = [[r["pad_multiple"], r["token_ladder"], r["row_ladder"], r["steps"], f"{r['kernels_compiled']:,}",
              f"{r['by_kind'].get('matmul', {}).get('kernels', 0):,}", f"{r['compile_ms'] / 1000:.1f}",
              r["training_seconds"], r["compile_share_of_training"]] for r in results]
-    print(format_table(["pad multiple", "token ladder", "steps", "kernels compiled", "of them matmul", "compile s",
+    print(format_table(["pad multiple", "token ladder", "row ladder", "steps", "kernels compiled", "of them matmul", "compile s",
                         "training s", "compile share"], rows))
     write_text_atomic(args.json, json.dumps(portable({
         "config": args.config, "steps": args.steps or "one epoch", "seed": args.seed,
         "machine": machine("torch"), "cpu": cpu_name(), "threads": os.cpu_count(),
-        "arms": {arm_name(r["pad_multiple"], r["token_ladder"]): r for r in results}}), indent=2) + "\n")
+        "arms": {arm_name(r["pad_multiple"], r["token_ladder"], r["row_ladder"]): r for r in results}}), indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 
