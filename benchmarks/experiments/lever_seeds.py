@@ -38,7 +38,7 @@ def spread(values: list[float], digits: int = 2) -> dict:
             "values": [round(v, digits) for v in values]}
 
 
-def read_run(run: Path) -> dict:
+def read_run(run: Path, valid_split: str = "val") -> dict:
     """One run's figures (``levers.summarize``, with its seed); SystemExit naming the run when it
     has not finished or not been scored on the whole validation set."""
     metrics = run / "metrics.jsonl"
@@ -46,9 +46,9 @@ def read_run(run: Path) -> dict:
         raise SystemExit(f"lever_seeds.py: {run}: no metrics.jsonl (not a run folder)")
     if not training_finished(run):
         raise SystemExit(f"lever_seeds.py: {run}: the training has not finished")
-    if not eval_json_path(run, "val", beam=5).is_file():
+    if not eval_json_path(run, valid_split, beam=5).is_file():
         raise SystemExit(f"lever_seeds.py: {run}: not scored; run attnmt evaluate {run} --split valid --beam 5")
-    return {"run": str(run), "seed": read_saved_config(run)["training"]["seed"], **summarize(run)}
+    return {"run": str(run), "seed": read_saved_config(run)["training"]["seed"], **summarize(run, valid_split)}
 
 
 def test_bleu(runs: list[dict], split: str | None) -> dict | None:
@@ -66,6 +66,9 @@ def main() -> int:
     parser.add_argument("groups", nargs="+", metavar="NAME=RUN,RUN,...[:WHAT]")
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--note", default="", help="how the runs were made (recorded in the JSON)")
+    parser.add_argument("--valid-split", default="val", metavar="NAME",
+                        help="the validation set's name in the runs' eval files: val (Multi30k, the default) or "
+                             "valid (a data section's own files)")
     parser.add_argument("--test-split", default=None, metavar="SPLIT",
                         help="also read each run's test BLEU with beam 5 on SPLIT (attnmt evaluate RUN --split "
                              "SPLIT --beam 5), for the groups whose every run was scored so: the kept choice only")
@@ -76,7 +79,7 @@ def main() -> int:
         paths, _, what = rest.partition(":")
         if not name or not paths:
             parser.error(f"{item!r}: expected NAME=RUN,RUN,...[:WHAT]")
-        runs = [read_run(Path(path)) for path in paths.split(",")]
+        runs = [read_run(Path(path), args.valid_split) for path in paths.split(",")]
         groups.append({
             "name": name, "what": what, "seeds": [r["seed"] for r in runs], "runs": runs,
             "steps": spread([r["steps"] for r in runs], 0),

@@ -24,13 +24,15 @@ from attnmt.runtime.tables import format_table
 from common import portable
 
 
-def summarize(run: Path) -> dict:
+def summarize(run: Path, valid_split: str = "val") -> dict:
+    """One run's figures; ``valid_split`` is the name ``attnmt evaluate RUN --split valid`` gave the
+    validation set ("val" for Multi30k, "valid" for a data section's own files)."""
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     summary = [r for r in records if r["type"] == "summary"][-1]
     train = sorted(r["tokens_per_s"] for r in records if r["type"] == "train")
     resident = [r["resident_gib"] for r in records if r["type"] == "train" and r.get("resident_gib") is not None]
     config = read_saved_config(run)  # with the values of options a run saved before them ran with
-    scored = eval_json_path(run, "val", beam=5)  # what `attnmt evaluate RUN --split valid --beam 5` wrote
+    scored = eval_json_path(run, valid_split, beam=5)  # what `attnmt evaluate RUN --split valid --beam 5` wrote
     valid_beam5 = json.loads(scored.read_text(encoding="utf-8")) if scored.is_file() else None
     return {
         "model": {key: config["model"].get(key) for key in ("embed_dim", "hidden_dim", "dropout")},
