@@ -128,12 +128,17 @@ def padded_width(width: T, pad_multiple: int = 1) -> T:
     return -(-width // pad_multiple) * pad_multiple  # type: ignore[operator]
 
 
+def _ladder_step(count: int, per_doubling: int) -> int:
+    """The distance between the ladder's sizes in ``count``'s doubling: max(1, 2^⌊log₂ count⌋ / k)."""
+    return max(1, (1 << (count.bit_length() - 1)) // per_doubling)
+
+
 def ladder_size(count: int, per_doubling: int) -> int:
     """``count`` rounded up to the next of ``per_doubling`` sizes per doubling (module docstring, "The
     output layer's rows"); ``count`` itself when ``per_doubling`` is 0 or ``count`` is below 1."""
     if per_doubling <= 0 or count < 1:
         return count
-    return padded_width(count, max(1, (1 << (count.bit_length() - 1)) // per_doubling))
+    return padded_width(count, _ladder_step(count, per_doubling))
 
 
 def ladder_floor(count: int, per_doubling: int) -> int:
@@ -142,7 +147,7 @@ def ladder_floor(count: int, per_doubling: int) -> int:
     count below 2 · ``per_doubling`` is a size of its own, so the result is at least 1."""
     if per_doubling <= 0 or count < 1:
         return count
-    step = max(1, (1 << (count.bit_length() - 1)) // per_doubling)
+    step = _ladder_step(count, per_doubling)
     return count // step * step
 
 
